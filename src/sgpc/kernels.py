@@ -1,0 +1,205 @@
+"""Covariance functions for the L latent GPs.
+
+Every kernel maps inputs to a stack of L covariance matrices, one per latent function:
+``forward(X1 [N,D] or [L,N,D], X2 [M,D] or [L,M,D]) -> [L,N,M]`` and ``diag(X) -> [L,N]``.
+Hyper-parameters are stored raw and mapped through softplus plus a floor; their leading axis is
+the latent axis, of size L (independent hyper-parameters per latent function, the papers'
+default) or 1 (shared, broadcast to L).
+
+The papers' covariance (scalable-ep §4, alpha §5) is an ARD kernel with an amplitude and an
+additive latent-noise term: k(x, x') = σ² r(x, x') + σ_n² [x = x'].  The white-noise term
+contaminates each f^k(x_i) with independent Gaussian noise (scalable-ep §2.1), so it appears in
+``diag`` (the prior variance of f at a training point) and never in the cross-covariances of
+``forward``, where X1 and X2 are treated as distinct points.
+
+What this module does not do: sums of kernels beyond the two-term ``Sum``, priors on
+hyper-parameters, or structured (Kronecker/grid) algebra.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.functional import softplus
+
+__all__ = ["Kernel", "RBF", "Matern", "Linear", "Sum", "positive", "inverse_positive"]
+
+_FLOOR = 1e-6
+
+
+def positive(raw: torch.Tensor, floor: float = _FLOOR) -> torch.Tensor:
+    """softplus(raw) + floor: the constrained value of a positive hyper-parameter."""
+    return softplus(raw) + floor
+
+
+def inverse_positive(value: torch.Tensor, floor: float = _FLOOR) -> torch.Tensor:
+    """Raw value whose ``positive`` is ``value`` (the inverse of softplus + floor)."""
+    v = torch.as_tensor(value - floor).clamp_min(1e-12)
+    return v + torch.log(-torch.expm1(-v))
+
+
+class Kernel(nn.Module):
+    """Base class: amplitude σ², optional white-noise σ_n² and ARD length-scales ℓ per latent GP.
+
+    A new kernel overrides one method, ``correlation(X1, X2) -> [L,N,M]``, built from the scaled
+    distances/inner products the base provides (equal to 1 at zero distance for stationary kernels).
+
+    Args:
+        input_dim: D.
+        n_latent: L, number of latent functions.
+        shared: one set of hyper-parameters for all latent functions (else one per latent).
+        lengthscale: initial ℓ (scalar or [D]); default √D, the usual scale for standardised inputs.
+        variance: initial amplitude σ².
+        noise: initial latent-noise variance σ_n²; ``None`` removes the term.
+        ard: one length-scale per input dimension (else one per latent function).
+    """
+
+    def __init__(self, input_dim: int, n_latent: int = 1, *, shared: bool = False,
+                 lengthscale=None, variance: float = 1.0, noise: float | None = None,
+                 ard: bool = True, dtype=torch.float64):
+        super().__init__()
+        if input_dim < 1 or n_latent < 1:
+            raise ValueError(f"input_dim and n_latent must be >= 1, got {input_dim}, {n_latent}")
+        self.input_dim = int(input_dim)
+        self.n_latent = int(n_latent)
+        self.shared = bool(shared)
+        n_sets = 1 if shared else self.n_latent
+        n_ls = self.input_dim if ard else 1
+        if lengthscale is None:
+            lengthscale = math.sqrt(self.input_dim)
+        ls = torch.as_tensor(lengthscale, dtype=dtype)
+        ls = ls.expand(n_ls) if ls.ndim == 0 else ls.reshape(n_ls)
+        self.raw_lengthscale = nn.Parameter(inverse_positive(ls).repeat(n_sets, 1).clone())
+        self.raw_variance = nn.Parameter(inverse_positive(torch.full((n_sets,), float(variance), dtype=dtype)))
+        self.raw_noise = None if noise is None else nn.Parameter(
+            inverse_positive(torch.full((n_sets,), float(noise), dtype=dtype)))
+
+    # -- constrained hyper-parameters, latent axis first ------------------------------------
+    def _expand(self, value: torch.Tensor) -> torch.Tensor:
+        return value.expand(self.n_latent, *value.shape[1:])
+
+    @property
+    def lengthscale(self) -> torch.Tensor:
+        """ℓ, [L, D] (or [L, 1] when not ARD)."""
+        return self._expand(positive(self.raw_lengthscale))
+
+    @property
+    def variance(self) -> torch.Tensor:
+        """Amplitude σ², [L]."""
+        return self._expand(positive(self.raw_variance))
+
+    @property
+    def noise(self) -> torch.Tensor:
+        """Latent-noise variance σ_n², [L] (zeros when the kernel has no noise term)."""
+        if self.raw_noise is None:
+            return torch.zeros(self.n_latent, dtype=self.raw_variance.dtype, device=self.raw_variance.device)
+        return self._expand(positive(self.raw_noise))
+
+    # -- the interface ------------------------------------------------------------------------
+    def _check(self, X: torch.Tensor) -> None:
+        if X.ndim not in (2, 3) or X.shape[-1] != self.input_dim:
+            raise ValueError(f"expected inputs of shape [N,{self.input_dim}] or [L,N,{self.input_dim}], "
+                             f"got {tuple(X.shape)}")
+
+    def scaled_inner(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
+        """Σ_d x_d x'_d / ℓ_d², [L,N,M]; the ℓ-scaling is applied to the smaller input (the inducing side)."""
+        self._check(X1)
+        self._check(X2)
+        w = self.lengthscale ** -2                                                  # [L,D]
+        if X1.ndim == 3 or (X2.ndim == 2 and X1.shape[-2] <= X2.shape[-2]):
+            return (X1 * w[:, None, :]) @ X2.transpose(-1, -2)                      # scale the smaller side
+        return X1 @ (X2 * w[:, None, :]).transpose(-1, -2)
+
+    def scaled_sqnorm(self, X: torch.Tensor) -> torch.Tensor:
+        """Σ_d x_d² / ℓ_d², [L,N]."""
+        self._check(X)
+        w = self.lengthscale ** -2                                                  # [L,D] or [L,1]
+        if X.ndim == 2 and w.shape[1] == X.shape[1]:
+            return ((X * X) @ w.transpose(0, 1)).transpose(0, 1)
+        return ((X * X) * w[..., None, :]).sum(-1) if X.ndim == 3 else (X * X).sum(-1)[None, :] * w
+
+    def scaled_sqdist(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
+        """Σ_d (x_d − x'_d)² / ℓ_d², [L,N,M], clamped at 0 (the expansion can round below)."""
+        d2 = (self.scaled_sqnorm(X1)[..., :, None] + self.scaled_sqnorm(X2)[..., None, :]
+              - 2.0 * self.scaled_inner(X1, X2))
+        return d2.clamp_min(0.0)
+
+    def correlation(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
+        """r(x, x'): [N,D] or [L,N,D], [M,D] or [L,M,D] -> [L,N,M]. The one method a kernel overrides."""
+        raise NotImplementedError
+
+    def correlation_diag(self, X: torch.Tensor) -> torch.Tensor:
+        """r(x, x) -> [L,N]; 1 for stationary kernels."""
+        self._check(X)
+        return torch.ones(self.n_latent, X.shape[-2], dtype=X.dtype, device=X.device)
+
+    def forward(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
+        """Cross-covariance σ² r(X1, X2): [L,N,M] (no white-noise term)."""
+        return self.variance[:, None, None] * self.correlation(X1, X2)
+
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
+        """Prior variance k(x, x) + σ_n² at each input: [L,N]."""
+        return self.variance[:, None] * self.correlation_diag(X) + self.noise[:, None]
+
+
+class RBF(Kernel):
+    """Squared exponential: r = exp(−½ Σ_d (x_d − x'_d)² / ℓ_d²)."""
+
+    def correlation(self, X1, X2):
+        return torch.exp(-0.5 * self.scaled_sqdist(X1, X2))
+
+
+class Matern(Kernel):
+    """Matérn with smoothness ν ∈ {1/2, 3/2, 5/2} (Rasmussen & Williams eq. 4.17)."""
+
+    def __init__(self, input_dim: int, n_latent: int = 1, *, nu: float = 2.5, **kwargs):
+        if nu not in (0.5, 1.5, 2.5):
+            raise ValueError(f"nu must be one of 0.5, 1.5, 2.5, got {nu}")
+        super().__init__(input_dim, n_latent, **kwargs)
+        self.nu = float(nu)
+
+    def correlation(self, X1, X2):
+        # sqrt has an infinite derivative at 0; the clamp keeps gradients finite on the diagonal
+        r = torch.sqrt(self.scaled_sqdist(X1, X2).clamp_min(1e-30))
+        if self.nu == 0.5:
+            return torch.exp(-r)
+        if self.nu == 1.5:
+            s = math.sqrt(3.0) * r
+            return (1.0 + s) * torch.exp(-s)
+        s = math.sqrt(5.0) * r
+        return (1.0 + s + s * s / 3.0) * torch.exp(-s)
+
+
+class Linear(Kernel):
+    """Linear (dot-product) kernel with ARD weights: k = σ² Σ_d x_d x'_d / ℓ_d²."""
+
+    def correlation(self, X1, X2):
+        return self.scaled_inner(X1, X2)
+
+    def correlation_diag(self, X):
+        return self.scaled_sqnorm(X)
+
+
+class Sum(nn.Module):
+    """Sum of two kernels over the same inputs (e.g. Matérn-5/2 + RBF, additive-noise paper Table V)."""
+
+    def __init__(self, first: Kernel, second: Kernel):
+        super().__init__()
+        if (first.input_dim, first.n_latent) != (second.input_dim, second.n_latent):
+            raise ValueError("summed kernels must share input_dim and n_latent")
+        self.first, self.second = first, second
+        self.input_dim, self.n_latent = first.input_dim, first.n_latent
+
+    @property
+    def noise(self) -> torch.Tensor:
+        """Total latent-noise variance, [L]."""
+        return self.first.noise + self.second.noise
+
+    def forward(self, X1, X2):
+        """[L,N,M]."""
+        return self.first(X1, X2) + self.second(X1, X2)
+
+    def diag(self, X):
+        """[L,N]."""
+        return self.first.diag(X) + self.second.diag(X)

@@ -1,0 +1,118 @@
+"""Expectations under diagonal Gaussians, and P(f_y is the largest).
+
+* Gauss–Hermite nodes (cached) for ∫ N(t | 0, 1) g(t) dt ≈ Σ_j w_j g(z_j).
+* ``expect`` / ``log_expect_exp``: E[g(F)] and log E[exp(g(F))] for F ~ Π_l N(F_l | m_l, v_l),
+  by a tensor-product Gauss–Hermite grid when it has at most ``max_grid`` points, else by seeded
+  Monte Carlo with common random numbers (deterministic for a given seed).
+* ``log_prob_largest``: log P(f_c = max_k f_k) for independent Gaussian f, the one-dimensional
+  integral of scalable-ep App. H eq. (68),
+      P(f_y largest) = ∫ N(t | m_y, v_y) Π_{k≠y} Φ((t − m_k)/√v_k) dt,
+  by Gauss–Hermite in t, in log space (log_ndtr, logsumexp).
+
+What this module does not do: adaptive quadrature or correlated Gaussians.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.special import log_ndtr
+
+__all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_prob_largest", "log_prob_label_largest"]
+
+
+@functools.lru_cache(maxsize=64)
+def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite.hermgauss(n)
+    return x * math.sqrt(2.0), w / math.sqrt(math.pi)
+
+
+def gauss_hermite(n: int, dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes z [n] and weights w [n] with Σ_j w_j g(z_j) ≈ E_{t~N(0,1)}[g(t)] (exact for polynomials of degree < 2n)."""
+    if n < 1:
+        raise ValueError(f"number of Gauss-Hermite points must be >= 1, got {n}")
+    z, w = _hermgauss(int(n))
+    return (torch.as_tensor(z, dtype=dtype, device=device),
+            torch.as_tensor(w, dtype=dtype, device=device))
+
+
+def _points(mean: torch.Tensor, var: torch.Tensor, n_points: int, n_samples: int, max_grid: int,
+            seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evaluation points F [S,N,L] and log-weights [S] for a diagonal Gaussian [N,L]."""
+    L = mean.shape[-1]
+    std = var.clamp_min(0.0).sqrt()
+    if n_points ** L <= max_grid:
+        z, w = gauss_hermite(n_points, mean.dtype, mean.device)
+        grids = torch.meshgrid(*([z] * L), indexing="ij")
+        Z = torch.stack([g.reshape(-1) for g in grids], -1)                      # [S,L]
+        wgrid = torch.meshgrid(*([w.log()] * L), indexing="ij")
+        logw = torch.stack([g.reshape(-1) for g in wgrid], -1).sum(-1)             # [S]
+    else:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        Z = torch.randn(n_samples, L, generator=gen, dtype=mean.dtype).to(mean.device)
+        logw = torch.full((n_samples,), -math.log(n_samples), dtype=mean.dtype, device=mean.device)
+    return mean[None] + std[None] * Z[:, None, :], logw
+
+
+def expect(fn: Callable[[torch.Tensor], torch.Tensor], mean: torch.Tensor, var: torch.Tensor, *,
+           n_points: int = 20, n_samples: int = 4096, max_grid: int = 4096, seed: int = 0) -> torch.Tensor:
+    """E[fn(F)] for F ~ N(mean, diag(var)).
+
+    Args:
+        fn: maps F [S,N,L] to [S,N].
+        mean, var: [N,L].
+    Returns:
+        [N].
+    """
+    F, logw = _points(mean, var, n_points, n_samples, max_grid, seed)
+    return (logw.exp()[:, None] * fn(F)).sum(0)
+
+
+def log_expect_exp(fn: Callable[[torch.Tensor], torch.Tensor], mean: torch.Tensor, var: torch.Tensor, *,
+                   n_points: int = 20, n_samples: int = 4096, max_grid: int = 4096, seed: int = 0
+                   ) -> torch.Tensor:
+    """log E[exp(fn(F))] for F ~ N(mean, diag(var)), computed with logsumexp.
+
+    Args: as ``expect``. Returns [N].
+    """
+    F, logw = _points(mean, var, n_points, n_samples, max_grid, seed)
+    return torch.logsumexp(logw[:, None] + fn(F), dim=0)
+
+
+def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int) -> torch.Tensor:
+    """log P(f_c largest) for class indices cls [N,K] -> [N,K]."""
+    tiny = torch.finfo(mean.dtype).tiny
+    z, w = gauss_hermite(n_points, mean.dtype, mean.device)
+    m_c = mean.gather(1, cls)                                                      # [N,K]
+    s_c = var.gather(1, cls).clamp_min(tiny).sqrt()
+    t = m_c[..., None] + s_c[..., None] * z                                        # [N,K,J]
+    s_all = var.clamp_min(tiny).sqrt()
+    u = (t[..., None] - mean[:, None, None, :]) / s_all[:, None, None, :]          # [N,K,J,C]
+    lphi = log_ndtr(u)
+    C = mean.shape[1]
+    is_self = cls[..., None] == torch.arange(C, device=mean.device)               # [N,K,C]
+    lphi = lphi.masked_fill(is_self[:, :, None, :], 0.0)
+    return torch.logsumexp(w.log() + lphi.sum(-1), dim=-1)
+
+
+def log_prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 32) -> torch.Tensor:
+    """log P(f_c is the largest) for every class, eq. (68) of scalable-ep.
+
+    Args:
+        mean, var: independent Gaussian marginals of f, [N,C].
+        n_points: Gauss–Hermite nodes in t.
+    Returns:
+        [N,C]; exp sums to 1 over classes up to quadrature error.
+    """
+    N, C = mean.shape
+    cls = torch.arange(C, device=mean.device).expand(N, C)
+    return _log_largest(mean, var, cls, n_points)
+
+
+def log_prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                           n_points: int = 32) -> torch.Tensor:
+    """log P(f_{y_i} is the largest) for the given labels: y [N] (int64), mean/var [N,C] -> [N]."""
+    return _log_largest(mean, var, y.long()[:, None], n_points)[:, 0]

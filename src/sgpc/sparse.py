@@ -1,0 +1,165 @@
+"""The sparse GP model and the Gaussian over inducing values that every engine produces.
+
+* ``SparseGP``: kernel + likelihood + inducing inputs Z ([M,D] shared by the latent functions or
+  [L,M,D] one set per latent function), learnable or fixed.
+* ``InducingPosterior``: q(u) = Π_l N(u_l | mean_l, chol_l chol_lᵀ) (frozen).
+* ``marginals``: q(f_i) = ∫ p(f_i | u) q(u) du for each input (scalable-ep eqs. 16–17, 66–67):
+      m_i = k_iᵀ K⁻¹ m,   v_i = k_ii + σ_n² − k_iᵀ K⁻¹ k_i + k_iᵀ K⁻¹ S K⁻¹ k_i,
+  computed after whitening with the Cholesky factor of K = K_uu (A = L_K⁻¹ K_uf):
+      m_i = a_iᵀ m̃,   v_i = k_ii + σ_n² − ‖a_i‖² + ‖L̃ᵀ a_i‖²,  m̃ = L_K⁻¹ m, L̃ = L_K⁻¹ chol.
+* ``prior_kl``: KL(q(u) ‖ p(u)), ``predict_log_proba``: batched predictive class probabilities.
+
+How q(u) is parameterised (free, sites, tied factor) is the engines' business, not this module's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .gaussian import cholesky, kl_standard_normal, solve_lower
+
+__all__ = ["SparseGP", "InducingPosterior", "init_inducing", "marginals", "whitened_marginals",
+           "prior_kl", "predict_log_proba"]
+
+
+@dataclass(frozen=True)
+class InducingPosterior:
+    """q(u): mean [L,M] and lower Cholesky factor of the covariance [L,M,M]."""
+
+    mean: torch.Tensor
+    chol: torch.Tensor
+
+    @property
+    def cov(self) -> torch.Tensor:
+        """Covariance S = chol cholᵀ, [L,M,M]."""
+        return self.chol @ self.chol.transpose(-1, -2)
+
+
+def init_inducing(X: np.ndarray | torch.Tensor, n_inducing: int, method: str = "kmeans",
+                  seed: int = 0) -> np.ndarray:
+    """Initial inducing inputs [M,D]: k-means centres (scikit-learn) or a random subset of X's rows.
+
+    Args:
+        X: [N,D] training inputs; n_inducing: M ≤ N; method: "kmeans" or "random"; seed: integer seed.
+    """
+    X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+    if not 1 <= n_inducing <= len(X):
+        raise ValueError(f"n_inducing must be between 1 and the number of rows ({len(X)}), got {n_inducing}")
+    rng = np.random.default_rng(seed)
+    if method == "random":
+        return X[rng.choice(len(X), n_inducing, replace=False)].copy()
+    if method == "kmeans":
+        from sklearn.cluster import KMeans
+        from sklearn.exceptions import ConvergenceWarning
+        import warnings
+        sub = X if len(X) <= 20000 else X[rng.choice(len(X), 20000, replace=False)]
+        with warnings.catch_warnings():
+            # duplicated rows can leave fewer distinct clusters than M; the centres are still valid
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            km = KMeans(n_clusters=n_inducing, n_init=1, random_state=seed, max_iter=100).fit(sub)
+        return km.cluster_centers_.copy()
+    raise ValueError(f"unknown inducing initialisation {method!r}; valid: 'kmeans', 'random'")
+
+
+class SparseGP(nn.Module):
+    """Kernel, likelihood and inducing inputs.
+
+    Args:
+        kernel: a ``kernels.Kernel`` with n_latent = L.
+        likelihood: a ``likelihoods.Likelihood`` with the same L.
+        inducing_inputs: [M,D] (shared by the latent functions) or [L,M,D] (one set per latent).
+        learn_inducing: optimise Z with the other hyper-parameters.
+    """
+
+    def __init__(self, kernel: nn.Module, likelihood: nn.Module, inducing_inputs: torch.Tensor, *,
+                 learn_inducing: bool = True):
+        super().__init__()
+        if kernel.n_latent != likelihood.n_latent:
+            raise ValueError(f"kernel has {kernel.n_latent} latent functions, likelihood needs {likelihood.n_latent}")
+        Z = torch.as_tensor(inducing_inputs)
+        if Z.ndim not in (2, 3) or Z.shape[-1] != kernel.input_dim or (Z.ndim == 3 and Z.shape[0] != kernel.n_latent):
+            raise ValueError(f"inducing inputs must be [M,{kernel.input_dim}] or [{kernel.n_latent},M,{kernel.input_dim}], "
+                             f"got {tuple(Z.shape)}")
+        self.kernel = kernel
+        self.likelihood = likelihood
+        if learn_inducing:
+            self.Z = nn.Parameter(Z.clone())
+        else:
+            self.register_buffer("Z", Z.clone())
+
+    @property
+    def n_latent(self) -> int:
+        """L."""
+        return self.kernel.n_latent
+
+    @property
+    def n_inducing(self) -> int:
+        """M."""
+        return self.Z.shape[-2]
+
+    def Kuu(self) -> torch.Tensor:
+        """K_uu, [L,M,M] (no white noise: inducing values are noise-free function values)."""
+        return self.kernel(self.Z, self.Z)
+
+    def chol_Kuu(self) -> torch.Tensor:
+        """Lower Cholesky factor of K_uu with the dtype's base jitter, [L,M,M]."""
+        return cholesky(self.Kuu(), what="K_uu")
+
+    def projection(self, X: torch.Tensor, chol_Kuu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N]."""
+        Kuf = self.kernel(self.Z, X)
+        return solve_lower(chol_Kuu, Kuf), self.kernel.diag(X)
+
+
+def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tensor, X: torch.Tensor,
+                       chol_Kuu: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Marginals of q(f) at X for a whitened q(v) = N(mean_w, chol_w chol_wᵀ), u = L_K v.
+
+    Args:
+        mean_w [L,M], chol_w [L,M,M], X [N,D]; chol_Kuu [L,M,M] if already computed.
+    Returns:
+        mean [N,L], var [N,L].
+    """
+    Lk = model.chol_Kuu() if chol_Kuu is None else chol_Kuu
+    A, kdiag = model.projection(X, Lk)
+    mean = (A * mean_w[..., None]).sum(-2)                                         # [L,N]
+    B = chol_w.transpose(-1, -2) @ A                                               # [L,M,N]
+    var = kdiag - (A * A).sum(-2) + (B * B).sum(-2)
+    return mean.transpose(0, 1), var.clamp_min(torch.finfo(var.dtype).tiny).transpose(0, 1)
+
+
+def _whiten(q: InducingPosterior, chol_Kuu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return solve_lower(chol_Kuu, q.mean[..., None])[..., 0], solve_lower(chol_Kuu, q.chol)
+
+
+def marginals(model: SparseGP, q: InducingPosterior, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Marginals of q(f) = ∫ p(f|u) q(u) du at inputs X [N,D]: mean [N,L], var [N,L] (eqs. 66–67)."""
+    Lk = model.chol_Kuu()
+    mean_w, chol_w = _whiten(q, Lk)
+    return whitened_marginals(model, mean_w, chol_w, X, Lk)
+
+
+def prior_kl(model: SparseGP, q: InducingPosterior) -> torch.Tensor:
+    """KL(q(u) ‖ p(u)) summed over the latent functions (a scalar)."""
+    Lk = model.chol_Kuu()
+    mean_w, chol_w = _whiten(q, Lk)
+    return kl_standard_normal(mean_w, chol_w).sum()
+
+
+@torch.no_grad()
+def predict_log_proba(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096
+                      ) -> torch.Tensor:
+    """log p(y* = c | x*) for every row of X [N,D] and class c, in batches of ``batch_size``: [N,C].
+
+    Memory is bounded by the batch, not by N.
+    """
+    Lk = model.chol_Kuu()
+    mean_w, chol_w = _whiten(q, Lk)
+    out = []
+    for start in range(0, X.shape[0], batch_size):
+        m, v = whitened_marginals(model, mean_w, chol_w, X[start:start + batch_size], Lk)
+        out.append(model.likelihood.predict_log_proba(m, v))
+    return torch.cat(out, 0)

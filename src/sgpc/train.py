@@ -1,0 +1,240 @@
+"""The fit loop shared by every engine: update → loss → backward → optimiser step.
+
+An engine (``vi.VI`` and the EP-family engines) provides ``init``, ``update`` (closed-form site
+step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|),
+``posterior`` and ``trainable``. This module owns what is common: minibatch order from one
+``torch.Generator``, the optimiser (Adam, or L-BFGS for full-batch fits), a history of the
+objective/time/validation metrics, a progress bar (tqdm), and checkpoints that can be resumed.
+
+The optimiser minimises loss / N (per-datum scale, so learning rates and L-BFGS tolerances do
+not depend on N); the history records the objective itself (= −loss).
+
+Checkpoints are plain dictionaries of tensors, numbers and strings written with ``torch.save``
+and read back with ``torch.load(weights_only=True)``: loading one never executes code.
+
+What this module does not do: any maths of a particular method, or label encoding.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+__all__ = ["TrainSettings", "History", "fit", "save_checkpoint", "load_checkpoint", "CheckpointError"]
+
+OPTIMIZERS = ("adam", "lbfgs")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, foreign or does not match the model."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How to run the fit loop.
+
+    Attributes:
+        optimizer: "adam" or "lbfgs" (full batch only).
+        learning_rate: Adam step size (L-BFGS: initial step, 1.0 recommended).
+        max_iter: optimiser steps; ``n_epochs`` overrides it with ceil(N / batch) · n_epochs.
+        batch_size: minibatch size |B|; None = full batch.
+        checkpoint_path / checkpoint_every: write a resumable checkpoint every K steps (0 = never).
+        eval_every: steps between validation evaluations (when a validation function is given).
+        progress: show a progress bar.
+    """
+
+    optimizer: str = "adam"
+    learning_rate: float = 0.01
+    max_iter: int = 1000
+    n_epochs: int | None = None
+    batch_size: int | None = None
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 0
+    eval_every: int = 50
+    progress: bool = False
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        if self.max_iter < 0 or (self.n_epochs is not None and self.n_epochs < 0):
+            raise ValueError("max_iter and n_epochs must be non-negative")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
+        if self.optimizer == "lbfgs" and self.batch_size is not None:
+            raise ValueError("optimizer='lbfgs' needs full-batch training (batch_size=None); use 'adam' for minibatches")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+
+    def n_steps(self, n_rows: int) -> int:
+        """Total optimiser steps for a data set of ``n_rows``."""
+        if self.n_epochs is None:
+            return self.max_iter
+        per_epoch = 1 if self.batch_size is None else math.ceil(n_rows / min(self.batch_size, n_rows))
+        return per_epoch * self.n_epochs
+
+
+@dataclass
+class History:
+    """Per-step record: objective (the engine's −loss), wall time since the start, and sparse validation rows."""
+
+    iteration: list = field(default_factory=list)
+    objective: list = field(default_factory=list)
+    time: list = field(default_factory=list)
+    validation: list = field(default_factory=list)   # dicts: {"iteration", "time", metric: value, ...}
+    events: list = field(default_factory=list)       # dicts: engine reports (skipped site updates, jitter, ...)
+
+    def as_dict(self) -> dict:
+        """A JSON-serialisable copy."""
+        return dataclasses.asdict(self)
+
+
+# -- engine state <-> plain dictionaries ------------------------------------------------------------
+def _state_to_dict(state) -> dict:
+    out = {}
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        if isinstance(v, nn.Module):
+            out[f.name] = {k: t.detach().clone() for k, t in v.state_dict().items()}
+        elif isinstance(v, torch.Tensor):
+            out[f.name] = v.detach().clone()
+        else:
+            out[f.name] = v
+    return out
+
+
+def _load_state(state, d: dict):
+    changes = {}
+    for f in dataclasses.fields(state):
+        if f.name not in d:
+            raise CheckpointError(f"checkpoint has no engine field {f.name!r}")
+        v = getattr(state, f.name)
+        if isinstance(v, nn.Module):
+            v.load_state_dict(d[f.name])
+        elif isinstance(v, torch.Tensor):
+            changes[f.name] = d[f.name].to(v.device, v.dtype)
+        else:
+            changes[f.name] = d[f.name]
+    return dataclasses.replace(state, **changes) if changes else state
+
+
+def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
+    """Write ``payload`` atomically (temporary file + rename) so an interrupted write loses nothing."""
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by ``save_checkpoint`` without executing code (weights_only)."""
+    try:
+        d = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # truncated, corrupt or foreign files raise many different types
+        raise CheckpointError(f"{path} is not a readable sgpc checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(d, dict) or d.get("format") != "sgpc-checkpoint":
+        raise CheckpointError(f"{path} is not an sgpc checkpoint")
+    return d
+
+
+def _batches(n: int, batch_size: int | None, generator: torch.Generator):
+    """Endless stream of index tensors: full batch, or shuffled minibatches epoch after epoch."""
+    if batch_size is None or batch_size >= n:
+        full = torch.arange(n)
+        while True:
+            yield full
+    while True:
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield perm[start:start + batch_size]
+
+
+def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, settings: TrainSettings, *,
+        generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
+        resume: bool = False, callback: Callable[[int, float], None] | None = None):
+    """Optimise the engine's objective over the model's hyper-parameters and the engine state.
+
+    Args:
+        model: the ``SparseGP``; engine/state: an engine and its ``init`` state.
+        X [N,D], y [N] (int64): training data on the model's device and dtype.
+        settings: ``TrainSettings``.
+        generator: the only source of randomness (minibatch order).
+        validate: optional ``f(model, state) -> {metric: value}`` run every ``eval_every`` steps.
+        resume: continue from ``settings.checkpoint_path`` if it exists.
+        callback: optional ``f(step, objective)`` after each step.
+    Returns:
+        (state, History).
+    """
+    N = X.shape[0]
+    n_steps = settings.n_steps(N)
+    params = engine.trainable(model, state)
+    if settings.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=settings.learning_rate)
+    else:
+        opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
+                                line_search_fn="strong_wolfe")
+    history, start = History(), 0
+    if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
+        ck = load_checkpoint(settings.checkpoint_path)
+        try:
+            model.load_state_dict(ck["model"])
+            state = _load_state(state, ck["engine"])
+            opt.load_state_dict(ck["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {settings.checkpoint_path} does not match this model: {exc}") from None
+        generator.set_state(ck["generator"])
+        history = History(**ck["history"])
+        start = int(ck["iteration"])
+    batches = _batches(N, settings.batch_size, generator)
+    t0 = time.perf_counter() - (history.time[-1] if history.time else 0.0)
+    bar = None
+    if settings.progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n_steps, initial=start, desc=f"fit {type(engine).__name__}", unit="it",
+                   dynamic_ncols=True, leave=True)
+
+    for step in range(start, n_steps):
+        idx = next(batches)
+        Xb, yb = X[idx], y[idx]
+        state = engine.update(model, state, Xb, yb, N)
+
+        def closure():
+            opt.zero_grad(set_to_none=True)
+            loss = engine.loss(model, state, Xb, yb, N)
+            (loss / N).backward()
+            return loss / N
+
+        per_datum = opt.step(closure)
+        objective = -float(per_datum.detach()) * N
+        if not math.isfinite(objective):
+            raise FloatingPointError(
+                f"the objective became {objective} at step {step}; lower learning_rate or use dtype='float64'")
+        history.iteration.append(step + 1)
+        history.objective.append(objective)
+        history.time.append(time.perf_counter() - t0)
+        if validate is not None and ((step + 1) % settings.eval_every == 0 or step + 1 == n_steps):
+            row = {"iteration": step + 1, "time": history.time[-1]}
+            row.update(validate(model, state))
+            history.validation.append(row)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(objective=f"{objective:.4g}", refresh=False)
+        if callback is not None:
+            callback(step + 1, objective)
+        if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
+            save_checkpoint(settings.checkpoint_path, {
+                "format": "sgpc-checkpoint", "iteration": step + 1,
+                "model": model.state_dict(), "engine": _state_to_dict(state),
+                "optimizer": opt.state_dict(), "generator": generator.get_state(),
+                "history": history.as_dict(),
+            })
+    if bar is not None:
+        bar.close()
+    return state, history

@@ -1,0 +1,95 @@
+"""Free-Gaussian q(u) and the variational objective (Hensman et al. 2015; scalable-ep §3).
+
+q(u_l) = N(L_K m̃_l, L_K L̃_l L̃_lᵀ L_Kᵀ) is parameterised in the whitened space v = L_K⁻¹ u
+(m̃ [L,M], L̃ [L,M,M] lower triangular), which makes KL(q‖p) = KL(N(m̃, L̃L̃ᵀ) ‖ N(0, I)) and
+decouples q from the kernel's scale. The objective is the ELBO of scalable-ep eq. (15):
+
+    ELBO = Σ_i E_{q(f_i)}[log p(y_i | f_i)] − KL(q(u) ‖ p(u)),
+
+estimated on a minibatch B as (N/|B|) Σ_{i∈B} E[log p(y_i|f_i)] − KL (unbiased).
+
+The engine follows the protocol shared by all methods (``train.fit``): ``init``, ``update``
+(a no-op: VI has no closed-form step), ``loss`` (−objective estimate), ``posterior``,
+``trainable``. Other free-Gaussian objectives (α-objectives, BSVM) will live here too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .gaussian import kl_standard_normal
+from .sparse import InducingPosterior, SparseGP, whitened_marginals
+
+__all__ = ["WhitenedGaussian", "elbo", "VI", "VIState"]
+
+
+class WhitenedGaussian(nn.Module):
+    """Trainable whitened q(v): mean m̃ [L,M] (init 0) and Cholesky factor L̃ [L,M,M] (init I, i.e. q = prior).
+
+    The factor is the lower triangle of a free matrix; its diagonal's sign does not change
+    L̃L̃ᵀ, and ``chol`` flips columns so the returned factor has a positive diagonal.
+    """
+
+    def __init__(self, n_latent: int, n_inducing: int, dtype=torch.float64, device=None):
+        super().__init__()
+        self.mean = nn.Parameter(torch.zeros(n_latent, n_inducing, dtype=dtype, device=device))
+        eye = torch.eye(n_inducing, dtype=dtype, device=device)
+        self.raw_chol = nn.Parameter(eye.repeat(n_latent, 1, 1))
+
+    @property
+    def chol(self) -> torch.Tensor:
+        """L̃, [L,M,M] lower triangular with non-negative diagonal."""
+        T = torch.tril(self.raw_chol)
+        sign = torch.where(T.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(T.dtype)
+        return T * sign[..., None, :]
+
+
+def elbo(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: torch.Tensor, n_total: int) -> torch.Tensor:
+    """Minibatch estimate of the ELBO, eq. (15): (N/|B|) Σ_B E[log p(y_i|f_i)] − KL.
+
+    Args:
+        X [B,D], y [B] (int64), n_total N. Returns a scalar (differentiable).
+    """
+    chol_w = q.chol
+    mean, var = whitened_marginals(model, q.mean, chol_w, X)
+    ell = model.likelihood.expected_log_prob(y, mean, var).sum()
+    kl = kl_standard_normal(q.mean, chol_w).sum()
+    return (n_total / X.shape[0]) * ell - kl
+
+
+@dataclass
+class VIState:
+    """Explicit state of the VI engine: the variational parameters."""
+
+    q: WhitenedGaussian
+
+
+@dataclass(frozen=True)
+class VI:
+    """Settings of the VI engine (none yet beyond the shared fit-loop settings)."""
+
+    def init(self, model: SparseGP, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> VIState:
+        """q starts at the prior."""
+        Z = model.Z
+        return VIState(WhitenedGaussian(model.n_latent, model.n_inducing, dtype=Z.dtype, device=Z.device))
+
+    def update(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int) -> VIState:
+        """No closed-form step in VI."""
+        return state
+
+    def loss(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int) -> torch.Tensor:
+        """−ELBO estimate (scalar, differentiable)."""
+        return -elbo(model, state.q, X, y, n_total)
+
+    def posterior(self, model: SparseGP, state: VIState) -> InducingPosterior:
+        """q(u) in the unwhitened space: mean L_K m̃, factor L_K L̃."""
+        with torch.no_grad():
+            Lk = model.chol_Kuu()
+            mean = (Lk @ state.q.mean[..., None])[..., 0]
+            return InducingPosterior(mean=mean, chol=Lk @ state.q.chol)
+
+    def trainable(self, model: SparseGP, state: VIState) -> list[nn.Parameter]:
+        """Hyper-parameters, inducing inputs (if learnable) and variational parameters."""
+        return list(model.parameters()) + list(state.q.parameters())

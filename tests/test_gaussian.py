@@ -1,0 +1,94 @@
+"""Gaussian algebra against explicit inversion, torch.distributions and 1-D integration."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate
+from scipy.stats import norm
+
+from sgpc import gaussian as G
+
+torch.set_default_dtype(torch.float64)
+
+
+def spd(M, seed=0, batch=()):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(*batch, M, M, generator=g)
+    return A @ A.transpose(-1, -2) + M * torch.eye(M)
+
+
+def test_cholesky_pd_no_warning():
+    A = spd(5, batch=(3,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        L = G.cholesky(A)
+    # base jitter is 1e-8 relative: the reconstruction is within that of A
+    torch.testing.assert_close(L @ L.transpose(-1, -2), A, rtol=0, atol=1e-7 * A.diagonal(dim1=-2, dim2=-1).mean().item())
+
+
+def test_cholesky_escalates_with_warning_then_fails():
+    # eigenvalues 1, 1, -1e-6: base jitter (1e-8) is not enough, 1e-5 is
+    Q, _ = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(1)))
+    A = Q @ torch.diag(torch.tensor([1.0, 1.0, -1e-6])) @ Q.T
+    with pytest.warns(G.JitterWarning, match="K_test"):
+        G.cholesky(A, what="K_test")
+    with pytest.raises(G.NotPositiveDefiniteError, match="not positive definite"):
+        G.cholesky(-torch.eye(3))
+    with pytest.raises(G.NotPositiveDefiniteError):
+        G.cholesky(torch.full((2, 2), float("nan")))
+
+
+def test_natural_moment_roundtrip_and_inverse():
+    S = spd(4, batch=(2,))
+    m = torch.randn(2, 4, generator=torch.Generator().manual_seed(3))
+    h, Lam = G.moments_to_natural(m, S)
+    torch.testing.assert_close(Lam, torch.linalg.inv(S))
+    m2, S2 = G.natural_to_moments(h, Lam)
+    torch.testing.assert_close(m2, m)
+    torch.testing.assert_close(S2, S)
+
+
+def test_log_normalizer_identity():
+    # exp(-1/2 f'Λf + h'f) = exp(g) N(f | μ, Σ) for every f
+    S = spd(3, seed=4)
+    m = torch.tensor([0.3, -1.0, 2.0])
+    h, Lam = G.moments_to_natural(m, S)
+    f = torch.tensor([0.1, 0.2, -0.5])
+    lhs = -0.5 * f @ Lam @ f + h @ f
+    dist = torch.distributions.MultivariateNormal(m, S)
+    torch.testing.assert_close(G.log_normalizer(h, Lam), lhs - dist.log_prob(f))
+    # and in 1-D against numerical integration
+    lam, hh = 2.5, 0.7
+    val, _ = integrate.quad(lambda t: math.exp(-0.5 * lam * t * t + hh * t), -50, 50)
+    torch.testing.assert_close(G.log_normalizer(torch.tensor([hh]), torch.tensor([[lam]])),
+                               torch.tensor(math.log(val)), rtol=1e-10, atol=1e-10)
+
+
+def test_kl_matches_torch_distributions():
+    Sq, Sp = spd(4, seed=5, batch=(2,)), spd(4, seed=6, batch=(2,))
+    mq, mp = torch.randn(2, 4), torch.randn(2, 4)
+    Lq, Lp = torch.linalg.cholesky(Sq), torch.linalg.cholesky(Sp)
+    ref = torch.distributions.kl_divergence(torch.distributions.MultivariateNormal(mq, scale_tril=Lq),
+                                            torch.distributions.MultivariateNormal(mp, scale_tril=Lp))
+    torch.testing.assert_close(G.kl_gaussian(mq, Lq, mp, Lp), ref)
+    ref0 = torch.distributions.kl_divergence(torch.distributions.MultivariateNormal(mq, scale_tril=Lq),
+                                             torch.distributions.MultivariateNormal(torch.zeros(4), torch.eye(4)))
+    torch.testing.assert_close(G.kl_standard_normal(mq, Lq), ref0)
+
+
+def test_moment_match_probit_against_quadrature():
+    # tilted distribution Φ(f) N(f | m, v): moments by brute-force 1-D integration
+    m, v = torch.tensor([[0.4], [-1.2]]), torch.tensor([[0.8], [2.5]])
+    logZ, dm, dv = G.moment_match(lambda a, b: torch.special.log_ndtr(a / torch.sqrt(1 + b))[:, 0], m, v)
+    mu, var = G.tilted_moments(m, v, dm, dv)
+    for i in range(2):
+        mi, vi = m[i, 0].item(), v[i, 0].item()
+        dens = lambda t, k: t ** k * norm.cdf(t) * norm.pdf(t, mi, math.sqrt(vi))
+        Z = integrate.quad(dens, -40, 40, args=(0,))[0]
+        E1 = integrate.quad(dens, -40, 40, args=(1,))[0] / Z
+        E2 = integrate.quad(dens, -40, 40, args=(2,))[0] / Z
+        assert abs(logZ[i].item() - math.log(Z)) < 1e-9
+        assert abs(mu[i, 0].item() - E1) < 1e-8
+        assert abs(var[i, 0].item() - (E2 - E1 ** 2)) < 1e-8

@@ -1,0 +1,109 @@
+"""Kernel contract tests: every kernel class in sgpc.kernels is exercised here."""
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sgpc import kernels as K
+
+torch.set_default_dtype(torch.float64)
+D, L = 3, 2
+
+
+def make(name, shared=False, ard=True, noise=0.1):
+    kw = dict(shared=shared, ard=ard, noise=noise, variance=1.7, lengthscale=[0.7, 1.3, 2.1] if ard else 1.1)
+    return {"rbf": lambda: K.RBF(D, L, **kw), "m12": lambda: K.Matern(D, L, nu=0.5, **kw),
+            "m32": lambda: K.Matern(D, L, nu=1.5, **kw), "m52": lambda: K.Matern(D, L, nu=2.5, **kw),
+            "linear": lambda: K.Linear(D, L, **kw),
+            "sum": lambda: K.Sum(K.Matern(D, L, nu=2.5, **kw), K.RBF(D, L, **kw))}[name]()
+
+
+NAMES = ["rbf", "m12", "m32", "m52", "linear", "sum"]
+
+
+def test_every_kernel_class_is_covered():
+    classes = {c for _, c in inspect.getmembers(K, inspect.isclass)
+               if issubclass(c, torch.nn.Module) and c.__module__ == K.__name__ and c is not K.Kernel}
+    covered = {type(make(n)) for n in NAMES}
+    assert classes <= covered, f"kernels without contract tests: {classes - covered}"
+
+
+@pytest.fixture
+def X():
+    return torch.randn(7, D, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shared", [False, True])
+def test_symmetric_psd_and_diag(name, shared, X):
+    k = make(name, shared=shared)
+    Kxx = k(X, X)
+    assert Kxx.shape == (L, 7, 7)
+    torch.testing.assert_close(Kxx, Kxx.transpose(-1, -2), rtol=0, atol=1e-12)
+    # PSD up to rounding: smallest eigenvalue no lower than -1e-10 of the largest
+    ev = torch.linalg.eigvalsh(Kxx)
+    assert (ev.min(-1).values >= -1e-10 * ev.max(-1).values).all()
+    # diag = diagonal of forward + latent noise
+    torch.testing.assert_close(k.diag(X), Kxx.diagonal(dim1=-2, dim2=-1) + k.noise[:, None], rtol=1e-12, atol=1e-12)
+
+
+def test_rbf_and_matern_closed_forms(X):
+    ls = torch.tensor([0.7, 1.3, 2.1])
+    r2 = (((X[:, None, :] - X[None, :, :]) / ls) ** 2).sum(-1)
+    r = r2.sqrt()
+    expected = {
+        "rbf": torch.exp(-0.5 * r2),
+        "m12": torch.exp(-r),
+        "m32": (1 + math.sqrt(3) * r) * torch.exp(-math.sqrt(3) * r),
+        "m52": (1 + math.sqrt(5) * r + 5 * r2 / 3) * torch.exp(-math.sqrt(5) * r),
+        "linear": (X / ls) @ (X / ls).T,
+    }
+    for name, e in expected.items():
+        torch.testing.assert_close(make(name)(X, X)[0], 1.7 * e, rtol=1e-6, atol=1e-6)
+
+
+def test_per_latent_inputs_match_loop(X):
+    k = make("rbf")
+    Z = torch.randn(L, 4, D, generator=torch.Generator().manual_seed(1))
+    Kzx = k(Z, X)
+    for l in range(L):
+        torch.testing.assert_close(Kzx[l], k(Z[l], X)[l])
+    torch.testing.assert_close(k(X, Z).transpose(-1, -2), Kzx)
+
+
+def test_shared_hyperparameters_are_one_set():
+    k = make("rbf", shared=True)
+    assert k.raw_lengthscale.shape == (1, D)
+    assert k.lengthscale.shape == (L, D)
+    kk = make("rbf", ard=False)
+    assert kk.lengthscale.shape == (L, 1)
+
+
+@pytest.mark.parametrize("name", ["rbf", "m32", "m52", "linear"])
+def test_gradcheck_inputs_and_hyperparameters(name, X):
+    k = make(name)
+    Z = torch.randn(4, D, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    Xg = X.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a, b: k(a, b), (Xg, Z))
+    names = [n for n, _ in k.named_parameters()]
+    inputs = tuple(p.detach().clone().requires_grad_(True) for p in k.parameters())
+
+    def f(*ps):
+        return torch.func.functional_call(k, dict(zip(names, ps)), (X, Z.detach()))
+
+    assert torch.autograd.gradcheck(f, inputs)
+
+
+def test_positive_transform_roundtrip():
+    v = torch.tensor([1e-4, 0.3, 5.0, 300.0])
+    torch.testing.assert_close(K.positive(K.inverse_positive(v)), v, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_shapes_raise():
+    k = make("rbf")
+    with pytest.raises(ValueError, match=r"\[N,3\]"):
+        k(torch.zeros(4, 2), torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="nu"):
+        K.Matern(D, L, nu=2.0)

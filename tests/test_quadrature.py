@@ -1,0 +1,75 @@
+"""Quadrature against closed forms and 10^6-sample Monte Carlo."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from sgpc import quadrature as Q
+
+torch.set_default_dtype(torch.float64)
+
+
+def test_gauss_hermite_exact_for_polynomials():
+    z, w = Q.gauss_hermite(10)
+    moments = [1, 0, 1, 0, 3, 0, 15, 0, 105]           # E[t^k] for t ~ N(0, 1)
+    for k, mk in enumerate(moments):
+        assert abs(float((w * z ** k).sum()) - mk) < 1e-10 * max(1, mk)
+
+
+@pytest.mark.parametrize("max_grid", [10 ** 6, 0])      # tensor-product grid, then Monte Carlo
+def test_expect_and_log_expect_exp_closed_forms(max_grid):
+    mean = torch.tensor([[0.3, -0.5], [1.0, 0.2]])
+    var = torch.tensor([[0.4, 0.9], [0.1, 0.5]])
+    # E[exp(a·f)] = exp(a·m + a²v/2) summed over coordinates in the exponent
+    a = torch.tensor([0.7, -0.4])
+    exact = (a * mean + 0.5 * a ** 2 * var).sum(-1)
+    kw = dict(n_points=20, max_grid=max_grid, n_samples=200_000)
+    got = Q.log_expect_exp(lambda F: (F * a).sum(-1), mean, var, **kw)
+    # GH is exact to ~1e-12 here; Monte Carlo with 2e5 samples: a few standard errors (~1e-3)
+    tol = 1e-10 if max_grid else 5e-3
+    torch.testing.assert_close(got, exact, rtol=0, atol=tol)
+    got2 = Q.expect(lambda F: (F ** 2).sum(-1), mean, var, **kw)
+    torch.testing.assert_close(got2, (mean ** 2 + var).sum(-1), rtol=0, atol=tol * 10)
+
+
+def test_two_class_largest_is_probit():
+    mean = torch.tensor([[0.3, -0.5], [2.0, 2.5]])
+    var = torch.tensor([[0.4, 0.9], [0.1, 0.5]])
+    p = Q.log_prob_largest(mean, var).exp()
+    exact = norm.cdf((mean[:, 0] - mean[:, 1]) / torch.sqrt(var.sum(-1)))
+    torch.testing.assert_close(p[:, 0], torch.as_tensor(exact), rtol=0, atol=1e-10)
+
+
+def test_largest_sums_to_one_and_matches_monte_carlo():
+    g = torch.Generator().manual_seed(0)
+    N, C = 6, 5
+    mean = torch.randn(N, C, generator=g)
+    var = 0.1 + torch.rand(N, C, generator=g) * 2
+    # Gauss-Hermite in t integrates a Gaussian times near-steps Φ((t-m_k)/√v_k); with variance
+    # ratios up to 20 the error of 64 nodes was measured at <= 2.2e-4 over 2000 random rows
+    p = Q.log_prob_largest(mean, var, n_points=64).exp()
+    torch.testing.assert_close(p.sum(-1), torch.ones(N), rtol=0, atol=5e-4)
+    # with comparable variances (ratio <= 3) 32 nodes are accurate to ~4e-6
+    var_mod = 0.5 + torch.rand(N, C, generator=g)
+    torch.testing.assert_close(Q.log_prob_largest(mean, var_mod).exp().sum(-1), torch.ones(N), rtol=0, atol=2e-5)
+    S = 1_000_000
+    F = mean + var.sqrt() * torch.randn(S, N, C, generator=g)
+    freq = torch.nn.functional.one_hot(F.argmax(-1), C).double().mean(0)
+    # 10^6 samples: standard error <= 5e-4; allow 5 standard errors
+    torch.testing.assert_close(p, freq, rtol=0, atol=2.5e-3)
+
+
+def test_label_variant_is_a_column_of_the_full_table():
+    g = torch.Generator().manual_seed(1)
+    mean, var = torch.randn(8, 4, generator=g), torch.rand(8, 4, generator=g) + 0.1
+    y = torch.randint(0, 4, (8,), generator=g)
+    full = Q.log_prob_largest(mean, var)
+    torch.testing.assert_close(Q.log_prob_label_largest(y, mean, var), full.gather(1, y[:, None])[:, 0])
+
+
+def test_zero_variance_limit_is_the_argmax_indicator():
+    mean = torch.tensor([[0.3, -0.5, 0.1]])
+    p = Q.log_prob_largest(mean, torch.full((1, 3), 1e-14)).exp()
+    torch.testing.assert_close(p, torch.tensor([[1.0, 0.0, 0.0]]), rtol=0, atol=1e-8)

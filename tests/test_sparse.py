@@ -1,0 +1,90 @@
+"""SparseGP marginals and KL against dense explicit-inverse computations."""
+import numpy as np
+import pytest
+import torch
+
+from sgpc import kernels as K
+from sgpc.likelihoods import RobustMax
+from sgpc.sparse import InducingPosterior, SparseGP, init_inducing, marginals, predict_log_proba, prior_kl
+
+torch.set_default_dtype(torch.float64)
+L, M, D, N = 3, 5, 2, 9
+
+
+@pytest.fixture
+def setup():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(N, D, generator=g)
+    Z = torch.randn(L, M, D, generator=g)
+    model = SparseGP(K.RBF(D, L, noise=0.05, lengthscale=[0.8, 1.4]), RobustMax(L), Z)
+    A = torch.randn(L, M, M, generator=g)
+    q = InducingPosterior(mean=torch.randn(L, M, generator=g), chol=torch.linalg.cholesky(A @ A.mT + 0.1 * torch.eye(M)))
+    return model, q, X
+
+
+def test_marginals_against_explicit_inverse(setup):
+    model, q, X = setup
+    mean, var = marginals(model, q, X)
+    assert mean.shape == var.shape == (N, L)
+    k = model.kernel
+    for l in range(L):
+        Kuu = k(model.Z, model.Z)[l]
+        Kuf = k(model.Z, X)[l]
+        Ki = torch.linalg.inv(Kuu)
+        S = q.cov[l]
+        m_ref = Kuf.T @ Ki @ q.mean[l]                                            # eq. (66)
+        v_ref = k.diag(X)[l] - ((Kuf.T @ Ki) * Kuf.T).sum(1) + ((Kuf.T @ Ki @ S @ Ki) * Kuf.T).sum(1)   # eq. (67)
+        # the base jitter (1e-8 relative) on K_uu bounds the agreement
+        torch.testing.assert_close(mean[:, l], m_ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(var[:, l], v_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_prior_kl_against_torch(setup):
+    model, q, _ = setup
+    Kuu = model.Kuu()
+    ref = sum(torch.distributions.kl_divergence(
+        torch.distributions.MultivariateNormal(q.mean[l], scale_tril=q.chol[l]),
+        torch.distributions.MultivariateNormal(torch.zeros(M), Kuu[l])) for l in range(L))
+    torch.testing.assert_close(prior_kl(model, q), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_prior_posterior_gives_prior_marginals(setup):
+    model, _, X = setup
+    Lk = model.chol_Kuu()
+    q0 = InducingPosterior(mean=torch.zeros(L, M), chol=Lk)
+    mean, var = marginals(model, q0, X)
+    torch.testing.assert_close(mean, torch.zeros(N, L))
+    torch.testing.assert_close(var, model.kernel.diag(X).T, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(prior_kl(model, q0), torch.tensor(0.0), rtol=0, atol=1e-8)
+
+
+def test_predict_in_batches_equals_one_batch(setup):
+    model, q, X = setup
+    torch.testing.assert_close(predict_log_proba(model, q, X, batch_size=2), predict_log_proba(model, q, X))
+
+
+def test_shared_inducing_inputs_broadcast(setup):
+    model, q, X = setup
+    shared = SparseGP(model.kernel, model.likelihood, model.Z[0].detach())
+    per = SparseGP(model.kernel, model.likelihood, model.Z[0].detach().expand(L, M, D).clone())
+    torch.testing.assert_close(marginals(shared, q, X), marginals(per, q, X))
+
+
+def test_init_inducing():
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    Zr = init_inducing(X, 7, "random", seed=1)
+    assert Zr.shape == (7, 3) and all(any(np.allclose(z, x) for x in X) for z in Zr)
+    Zk = init_inducing(X, 7, "kmeans", seed=1)
+    assert Zk.shape == (7, 3)
+    np.testing.assert_array_equal(Zk, init_inducing(X, 7, "kmeans", seed=1))
+    with pytest.raises(ValueError, match="between 1 and"):
+        init_inducing(X, 51)
+    with pytest.raises(ValueError, match="valid"):
+        init_inducing(X, 5, "grid")
+
+
+def test_model_shape_errors():
+    with pytest.raises(ValueError, match="inducing inputs"):
+        SparseGP(K.RBF(2, 3), RobustMax(3), torch.zeros(4, 5))
+    with pytest.raises(ValueError, match="latent"):
+        SparseGP(K.RBF(2, 2), RobustMax(3), torch.zeros(4, 2))

@@ -1,0 +1,132 @@
+"""The shared fit loop: settings validation, history, checkpoint and resume."""
+import os
+
+import pytest
+import torch
+
+from sgpc import kernels as K
+from sgpc.likelihoods import RobustMax
+from sgpc.sparse import SparseGP
+from sgpc.train import CheckpointError, TrainSettings, fit, load_checkpoint
+from sgpc.vi import VI
+
+torch.set_default_dtype(torch.float64)
+
+
+def problem(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(40, 2, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    model = SparseGP(K.RBF(2, 3, noise=0.01), RobustMax(3), X[:6].clone())
+    return model, X, y
+
+
+def run(settings, resume=False, model=None, seed=7):
+    model_, X, y = problem()
+    model = model or model_
+    engine = VI()
+    state = engine.init(model, X, y, torch.Generator())
+    state, hist = fit(model, engine, state, X, y, settings, generator=torch.Generator().manual_seed(seed),
+                      resume=resume)
+    return model, state, hist
+
+
+def flat(model, state):
+    return torch.cat([p.detach().reshape(-1) for p in list(model.parameters()) + list(state.q.parameters())])
+
+
+def test_objective_improves_and_history_is_complete():
+    vals = {}
+
+    def validate(model, state):
+        vals.setdefault("n", 0)
+        vals["n"] += 1
+        return {"metric": 1.0}
+
+    model, X, y = problem()
+    state = VI().init(model, X, y, torch.Generator())
+    s = TrainSettings(learning_rate=0.05, max_iter=60, batch_size=10, eval_every=20)
+    state, hist = fit(model, VI(), state, X, y, s, generator=torch.Generator().manual_seed(0), validate=validate)
+    assert hist.iteration == list(range(1, 61))
+    assert len(hist.objective) == len(hist.time) == 60
+    assert [r["iteration"] for r in hist.validation] == [20, 40, 60] and vals["n"] == 3
+    first, last = sum(hist.objective[:5]) / 5, sum(hist.objective[-5:]) / 5
+    assert last > first
+
+
+def test_epochs_count_minibatches():
+    s = TrainSettings(batch_size=10, n_epochs=3)
+    assert s.n_steps(40) == 12
+    assert TrainSettings(n_epochs=3).n_steps(40) == 3
+
+
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tmp_path):
+    ck = str(tmp_path / "ck.pt")
+    straight_model, straight_state, h0 = run(TrainSettings(learning_rate=0.05, max_iter=30, batch_size=8))
+    run(TrainSettings(learning_rate=0.05, max_iter=15, batch_size=8, checkpoint_path=ck, checkpoint_every=5))
+    assert os.path.exists(ck)
+    m2, s2, h2 = run(TrainSettings(learning_rate=0.05, max_iter=30, batch_size=8, checkpoint_path=ck,
+                                   checkpoint_every=5), resume=True)
+    torch.testing.assert_close(flat(m2, s2), flat(straight_model, straight_state), rtol=0, atol=0)
+    assert h2.iteration == h0.iteration
+    torch.testing.assert_close(torch.tensor(h2.objective), torch.tensor(h0.objective), rtol=0, atol=0)
+
+
+def test_corrupt_or_foreign_checkpoints_are_rejected(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="not a readable"):
+        load_checkpoint(bad)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"something": torch.zeros(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not an sgpc checkpoint"):
+        load_checkpoint(foreign)
+    # a truncated real checkpoint
+    ck = str(tmp_path / "ck.pt")
+    run(TrainSettings(max_iter=2, checkpoint_path=ck, checkpoint_every=1))
+    data = open(ck, "rb").read()
+    trunc = tmp_path / "trunc.pt"
+    trunc.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError):
+        load_checkpoint(trunc)
+
+
+def test_checkpoint_for_another_model_is_rejected(tmp_path):
+    ck = str(tmp_path / "ck.pt")
+    run(TrainSettings(max_iter=2, checkpoint_path=ck, checkpoint_every=1))
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, 2, generator=g)
+    other = SparseGP(K.RBF(2, 3, noise=0.01), RobustMax(3), X[:9].clone())
+    with pytest.raises(CheckpointError, match="does not match"):
+        run(TrainSettings(max_iter=4, checkpoint_path=ck, checkpoint_every=1), resume=True, model=other)
+
+
+def test_invalid_settings():
+    with pytest.raises(ValueError, match="valid: adam, lbfgs"):
+        TrainSettings(optimizer="sgd")
+    with pytest.raises(ValueError, match="full-batch"):
+        TrainSettings(optimizer="lbfgs", batch_size=10)
+    with pytest.raises(ValueError, match="batch_size"):
+        TrainSettings(batch_size=0)
+
+
+def test_lbfgs_full_batch_runs_and_improves():
+    _, _, hist = run(TrainSettings(optimizer="lbfgs", learning_rate=1.0, max_iter=15))
+    assert hist.objective[-1] > hist.objective[0]
+
+
+class _NaNAfter(VI):
+    """VI whose loss turns into NaN from the third step on, as a diverging fit would."""
+
+    def loss(self, model, state, X, y, n_total):
+        self.calls = getattr(self, "calls", 0) + 1
+        out = super().loss(model, state, X, y, n_total)
+        return out * float("nan") if self.calls > 2 else out
+
+
+def test_divergence_raises_a_clear_error():
+    model, X, y = problem()
+    engine = _NaNAfter()
+    state = engine.init(model, X, y, torch.Generator())
+    with pytest.raises(FloatingPointError, match="step 2.*learning_rate"):
+        fit(model, engine, state, X, y, TrainSettings(max_iter=10), generator=torch.Generator())
