@@ -55,24 +55,40 @@ def _check_finite(X: np.ndarray, name: str = "X") -> None:
                          "impute or drop them before fitting")
 
 
-def _check_numeric(X, name: str = "X") -> None:
-    arr = np.asarray(X) if not hasattr(X, "dtypes") else None
-    if arr is not None and arr.dtype.kind in "OUS":
-        bad = []
-        flat = arr.reshape(len(arr), -1) if arr.ndim >= 2 else arr[:, None]
-        for j in range(flat.shape[1]):
-            try:
-                flat[:, j].astype(np.float64)
-            except (TypeError, ValueError):
-                bad.append(j)
+def _non_numeric_columns(X) -> list:
+    """Columns of a 2-D array-like that do not convert to float (names for data frames, indices otherwise)."""
+    if hasattr(X, "columns"):
+        cols = list(X.columns)
+        arr = [np.asarray(X[c], dtype=object) for c in cols]
+    else:
+        A = np.asarray(X, dtype=object)
+        if A.ndim != 2:
+            return []
+        cols, arr = list(range(A.shape[1])), [A[:, j] for j in range(A.shape[1])]
+    bad = []
+    for c, col in zip(cols, arr):
+        try:
+            col.astype(np.float64)
+        except (TypeError, ValueError):
+            bad.append(c)
+    return bad
+
+
+def _validated(estimator, X, y=None, *, reset: bool):
+    """scikit-learn validation with our messages: non-numeric columns named, NaN/inf rows named."""
+    try:
+        if y is None:
+            out = validate_data(estimator, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
+        else:
+            out = validate_data(estimator, X, y, reset=reset, dtype=np.float64, ensure_all_finite=False)
+    except (TypeError, ValueError) as exc:
+        bad = _non_numeric_columns(X) if not hasattr(X, "tocsr") else []
         if bad:
-            raise ValueError(f"{name} has non-numeric columns {bad[:10]}; encode them as numbers "
-                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)")
-    if hasattr(X, "dtypes"):
-        bad = [c for c, t in zip(X.columns, X.dtypes) if getattr(t, "kind", "O") not in "biuf"]
-        if bad:
-            raise ValueError(f"{name} has non-numeric columns {bad[:10]}; encode them as numbers "
-                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)")
+            raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
+                            "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
+        raise
+    _check_finite(out[0] if y is not None else out)
+    return out
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
@@ -175,12 +191,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     # -- validation ----------------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool) -> np.ndarray:
-        _check_numeric(X)
-        X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=False, ensure_2d=True)
-        _check_finite(X)
-        return X
+        return _validated(self, X, reset=reset)
 
     def _tensor(self, A: np.ndarray) -> torch.Tensor:
+        A = np.asarray(A)
+        if not A.flags.writeable:   # torch cannot wrap read-only memory (e.g. memory-mapped input)
+            A = A.copy()
         return torch.as_tensor(A, dtype=self._torch_dtype(), device=self.device)
 
     # -- the estimator API ---------------------------------------------------------------------------
@@ -194,11 +210,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Returns: self.
         """
         self._check_options()
-        _check_numeric(X)
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False, y_numeric=False)
-        _check_finite(X)
+        X, y = _validated(self, X, y, reset=True)
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
@@ -265,6 +279,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Most probable class label for each row: [N]."""
+        check_is_fitted(self, "posterior_")
         return self.classes_[np.argmax(self.predict_log_proba(X), axis=1)]
 
     # -- persistence -----------------------------------------------------------------------------------

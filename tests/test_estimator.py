@@ -1,0 +1,183 @@
+"""GPClassifier: the scikit-learn contract, bad input, persistence, reproducibility, end to end."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris, load_wine
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sgpc import GPClassifier
+from sgpc.estimator import ModelFileError
+
+FAST = dict(n_inducing=10, max_iter=30, random_state=0)
+
+
+@parametrize_with_checks([GPClassifier(**FAST)])
+def test_sklearn_contract(estimator, check):
+    # No expected failures: every check of scikit-learn's suite passes.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # n_inducing clamped on the checks' tiny data sets
+        check(estimator)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def fitted(iris):
+    X, y = iris
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    return GPClassifier(**FAST).fit(X, names), X, names
+
+
+def test_bad_input_errors(iris):
+    X, y = iris
+    Xn = X.copy()
+    Xn[[3, 17], 1] = np.nan
+    Xn[40, 0] = np.inf
+    with pytest.raises(ValueError, match=r"3 row\(s\), first: 3, 17, 40"):
+        GPClassifier(**FAST).fit(Xn, y)
+    with pytest.raises(ValueError, match="only one class"):
+        GPClassifier(**FAST).fit(X, np.zeros(len(X)))
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        GPClassifier(**FAST).fit(X, y[:-1])
+    with pytest.raises(ValueError, match="2D array"):
+        GPClassifier(**FAST).fit(X[:, 0], y)
+    Xs = X.astype(object)
+    Xs[:, 2] = "abc"
+    with pytest.raises(ValueError, match=r"non-numeric columns \[2\]"):
+        GPClassifier(**FAST).fit(Xs, y)
+
+
+@pytest.mark.parametrize("param,value,valid", [("method", "magic", "'vi'"), ("likelihood", "cauchy", "'robustmax'"),
+                                               ("kernel", "periodic", "'rbf'"), ("dtype", "float16", "'float64'"),
+                                               ("optimizer", "sgd", "adam")])
+def test_unknown_names_list_the_valid_ones(iris, param, value, valid):
+    X, y = iris
+    with pytest.raises(ValueError, match=f"valid: .*{valid}"):
+        GPClassifier(**{**FAST, param: value}).fit(X, y)
+
+
+@pytest.mark.parametrize("method", ["ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc"])
+def test_reserved_methods_say_not_yet_implemented(iris, method):
+    X, y = iris
+    with pytest.raises(NotImplementedError, match="not yet implemented"):
+        GPClassifier(**{**FAST, "method": method}).fit(X, y)
+
+
+def test_too_many_inducing_points_are_clamped_with_a_warning(iris):
+    X, y = iris
+    with pytest.warns(UserWarning, match="n_inducing=500 is larger"):
+        clf = GPClassifier(n_inducing=500, max_iter=2, random_state=0).fit(X[:60], y[:60])
+    assert clf.model_.n_inducing == 60
+
+
+def test_predict_before_fit_and_feature_mismatch(fitted):
+    with pytest.raises(NotFittedError):
+        GPClassifier().predict(np.zeros((2, 4)))
+    clf, X, _ = fitted
+    with pytest.raises(ValueError, match="X has 3 features, but GPClassifier is expecting 4"):
+        clf.predict(X[:, :3])
+
+
+def test_string_labels_and_probabilities(fitted):
+    clf, X, names = fitted
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1, atol=1e-12)
+    assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
+    assert set(clf.predict(X)) <= set(names)
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X)), P)
+
+
+def test_save_load_round_trip_exactly(fitted, tmp_path):
+    clf, X, _ = fitted
+    path = tmp_path / "model.pt"
+    clf.save(path)
+    back = GPClassifier.load(path)
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    assert back.classes_.dtype == clf.classes_.dtype and list(back.classes_) == list(clf.classes_)
+    assert back.get_params() == clf.get_params()
+    # pickling round-trips too
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
+
+
+def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
+    clf, _, _ = fitted
+    good = tmp_path / "m.pt"
+    clf.save(good)
+    data = good.read_bytes()
+    (tmp_path / "trunc.pt").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ModelFileError, match="not a readable sgpc model"):
+        GPClassifier.load(tmp_path / "trunc.pt")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "foreign.pt")
+    with pytest.raises(ModelFileError, match="not an sgpc model"):
+        GPClassifier.load(tmp_path / "foreign.pt")
+
+    class Evil:
+        def __reduce__(self):
+            return (exec, ("import pathlib; pathlib.Path(%r).write_text('pwned')" % str(tmp_path / "pwned"),))
+
+    with open(tmp_path / "evil.pt", "wb") as f:
+        pickle.dump({"format": "sgpc-model", "x": Evil()}, f)
+    with pytest.raises(ModelFileError):
+        GPClassifier.load(tmp_path / "evil.pt")
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(FileNotFoundError):
+        GPClassifier.load(tmp_path / "missing.pt")
+
+
+def test_same_seed_same_fit(iris):
+    X, y = iris
+    a = GPClassifier(**{**FAST, "batch_size": 32}).fit(X, y).predict_proba(X)
+    b = GPClassifier(**{**FAST, "batch_size": 32}).fit(X, y).predict_proba(X)
+    np.testing.assert_array_equal(a, b)
+    c = GPClassifier(**{**FAST, "batch_size": 32, "random_state": 1}).fit(X, y).predict_proba(X)
+    assert not np.array_equal(a, c)
+
+
+def test_validation_history_and_resume(iris, tmp_path):
+    X, y = iris
+    ck = str(tmp_path / "ck.pt")
+    full = GPClassifier(**{**FAST, "batch_size": 50}).fit(X, y, X_val=X[:20], y_val=y[:20])
+    assert full.history_["validation"][-1]["iteration"] == 30
+    assert {"error", "nll"} <= set(full.history_["validation"][-1])
+    part = GPClassifier(**{**FAST, "batch_size": 50, "max_iter": 12, "checkpoint_path": ck, "checkpoint_every": 6})
+    part.fit(X, y)
+    resumed = GPClassifier(**{**FAST, "batch_size": 50, "checkpoint_path": ck, "checkpoint_every": 6})
+    resumed.fit(X, y, resume=True)
+    np.testing.assert_allclose(resumed.predict_proba(X), full.predict_proba(X), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kernel", ["matern12", "matern32", "matern52", "linear"])
+def test_other_kernels_and_float32_fit(iris, kernel):
+    X, y = iris
+    clf = GPClassifier(**{**FAST, "kernel": kernel}).fit(X, y)
+    assert clf.score(X, y) > 0.8
+    clf32 = GPClassifier(**{**FAST, "dtype": "float32"}).fit(X, y)
+    assert clf32.model_.Z.dtype == torch.float32 and clf32.score(X, y) > 0.8
+
+
+def test_wine_end_to_end():
+    # Issue 2's acceptance test: VI on wine (178 x 13, 3 classes) with 90/10 splits reaches
+    # test error <= 5% and NLL <= 0.15, averaged over 5 random splits.
+    X, y = load_wine(return_X_y=True)
+    errs, nlls = [], []
+    for seed in range(5):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.1, random_state=seed, stratify=y)
+        sc = StandardScaler().fit(Xtr)
+        clf = GPClassifier(n_inducing=20, max_iter=300, learning_rate=0.05, random_state=seed)
+        clf.fit(sc.transform(Xtr), ytr)
+        P = clf.predict_proba(sc.transform(Xte))
+        errs.append(np.mean(P.argmax(1) != yte))
+        nlls.append(-np.mean(np.log(P[np.arange(len(yte)), yte])))
+    assert np.mean(errs) <= 0.05, errs
+    assert np.mean(nlls) <= 0.15, nlls
