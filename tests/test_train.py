@@ -118,9 +118,9 @@ def test_lbfgs_full_batch_runs_and_improves():
 class _NaNAfter(VI):
     """VI whose loss turns into NaN from the third step on, as a diverging fit would."""
 
-    def loss(self, model, state, X, y, n_total):
+    def loss(self, model, state, X, y, n_total, idx=None):
         self.calls = getattr(self, "calls", 0) + 1
-        out = super().loss(model, state, X, y, n_total)
+        out = super().loss(model, state, X, y, n_total, idx)
         return out * float("nan") if self.calls > 2 else out
 
 

@@ -1,7 +1,8 @@
 """The fit loop shared by every engine: update → loss → backward → optimiser step.
 
 An engine (``vi.VI`` and the EP-family engines) provides ``init``, ``update`` (closed-form site
-step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|),
+step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|; both
+receive the minibatch rows X, y, the data-set size N and the rows' indices ``idx`` into the data set),
 ``posterior`` and ``trainable``. This module owns what is common: minibatch order from one
 ``torch.Generator``, the optimiser (Adam, or L-BFGS for full-batch fits), a history of the
 objective/time/validation metrics, a progress bar (tqdm), and checkpoints that can be resumed.
@@ -203,11 +204,11 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
     for step in range(start, n_steps):
         idx = next(batches)
         Xb, yb = X[idx], y[idx]
-        state = engine.update(model, state, Xb, yb, N)
+        state = engine.update(model, state, Xb, yb, N, idx)
 
         def closure():
             opt.zero_grad(set_to_none=True)
-            loss = engine.loss(model, state, Xb, yb, N)
+            loss = engine.loss(model, state, Xb, yb, N, idx)
             (loss / N).backward()
             return loss / N
 

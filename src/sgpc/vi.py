@@ -75,11 +75,13 @@ class VI:
         Z = model.Z
         return VIState(WhitenedGaussian(model.n_latent, model.n_inducing, dtype=Z.dtype, device=Z.device))
 
-    def update(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int) -> VIState:
+    def update(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int,
+               idx: torch.Tensor | None = None) -> VIState:
         """No closed-form step in VI."""
         return state
 
-    def loss(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int) -> torch.Tensor:
+    def loss(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int,
+             idx: torch.Tensor | None = None) -> torch.Tensor:
         """−ELBO estimate (scalar, differentiable)."""
         return -elbo(model, state.q, X, y, n_total)
 

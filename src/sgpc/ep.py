@@ -1,0 +1,374 @@
+"""Expectation propagation with inducing points: EP and Power EP over rank-one sites (scalable-ep §2.2–2.3).
+
+q(u) = p(u) Π_factors φ̃(u) / Z_q, independent over the L latent functions. A factor touches a
+few latent functions of one point (the pairwise step factor φ_i^k of eq. 6 touches f^{y_i} and
+f^k; a "likelihood" factor p(y_i | f_i) touches all of them), and its site is, for each touched
+latent l, rank-one along v_il = K_l⁻¹ k_l(x_i) (eqs. 18–23):
+
+    φ̃(u_l) ∝ exp(−½ c1 (v_ilᵀu_l)² + c2 v_ilᵀu_l).
+
+Shared algebra (used by ``ep`` here and by the tied-factor engines in ``sep.py``):
+
+* The product of all sites is kept in u-space as natural parameters θ̃ = (Λ̃ [L,M,M], h̃ [L,M]),
+  so q's natural parameters are θ = θ_prior(ξ) + θ̃ (App. G, eq. 62). With K = L_K L_Kᵀ and
+  w = L_K⁻¹u: q(w) = N(P⁻¹b, P⁻¹), P = I + L_KᵀΛ̃L_K, b = L_Kᵀh̃ (reconstruction, eqs. 25–27).
+* Cavity projections: removing a rank-one site (c1, c2 along v_o) from q and projecting on the
+  current direction v (Sherman–Morrison, eqs. 29–32), with S = Cov_q, m = E_q[u], γ = c1/(1 − c1 v_oᵀSv_o):
+      var\\ = vᵀSv + γ (vᵀSv_o)²,   mean\\ = vᵀm + γ (vᵀSv_o)(v_oᵀm) − c2 vᵀSv_o / (1 − c1 v_oᵀSv_o).
+  When v = v_o these are the 1-D formulas var\\ = 1/(1/s − c1), mean\\ = var\\ (m/s − c2).
+* Moment matching from ∂log Z/∂mean, ∂log Z/∂var of the cavity marginal of f_i (cavity projection
+  plus the conditional variance s_i of eq. 5, latent noise included), through the one shared
+  function ``gaussian.moment_match``; the new site is (1/α)(θ̂ − θ\\) along v (eqs. 47–55, and
+  alpha App. A.17–A.21 for Power EP).
+* log Z_q (eqs. 57–61) / the Power-EP energy (alpha A.23–A.27):
+      log Z_q = g(θ) − g(θ_prior) + (1/α) Σ_factors [log Z_f + g(θ^{\\f}) − g(θ)],
+  where g(θ^{\\f}) − g(θ) of a rank-one removal equals the same difference for the 1-D projection.
+  Its gradient w.r.t. hyper-parameters is eq. (62)/(10): (η − η_prior)ᵀ∂θ_prior/∂ξ + (1/α)Σ ∂log Z_f/∂ξ
+  with only the direct dependence of log Z_f (through k_i, K and s_i, with the u-space cavity held
+  fixed) — built here as a surrogate whose autograd gradient is exactly that; on a minibatch the
+  factor sum is scaled by N/|B| (eq. 12).
+
+What this module does not do: EP in function space (``fitc_ep.py``) or tied sites (``sep.py``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+from torch.special import log_ndtr
+
+from .gaussian import cholesky, moment_match, solve_lower, tilted_moments
+from .sparse import InducingPosterior, SparseGP
+
+__all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",
+           "cavity_projection", "site_update", "log_Zq", "EP", "EPState"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Factor structures
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Factors:
+    """Which latent functions each factor of each point touches, and its tilted normaliser.
+
+    Attributes:
+        latent: [N,F,T] int64, the latent index of each touched slot.
+        mask: [N,F] bool, real factors (False = padding, e.g. k = y_i for pairwise factors).
+        log_Z: maps cavity marginals of f at the touched slots, mean [N,F,T] and var [N,F,T], to
+            log E[φ_f(f)^α] [N,F] (α already applied).
+    """
+
+    latent: torch.Tensor
+    mask: torch.Tensor
+    log_Z: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def pairwise_factors(y: torch.Tensor, n_classes: int) -> Factors:
+    """The pairwise step factors φ_i^k = Φ((f^{y_i} − f^k)/·), k ≠ y_i, of scalable-ep eq. (6).
+
+    Under cavity marginals N(a_y, b_y), N(a_k, b_k) of the noisy f's, Z_{i,k} = Φ((a_y − a_k)/√(b_y + b_k))
+    (eq. 34): closed form, no quadrature. Slots: t = 0 is f^{y_i}, t = 1 is f^k.
+    """
+    N, C = y.shape[0], n_classes
+    k = torch.arange(C, device=y.device).expand(N, C)
+    latent = torch.stack([y[:, None].expand(N, C), k], -1)
+    mask = k != y[:, None]
+
+    def log_Z(mean, var):
+        return log_ndtr((mean[..., 0] - mean[..., 1]) / torch.sqrt(var[..., 0] + var[..., 1]))
+
+    return Factors(latent=latent, mask=mask, log_Z=log_Z)
+
+
+def likelihood_factors(likelihood, y: torch.Tensor, alpha: float = 1.0) -> Factors:
+    """One factor per point, p(y_i | f_i)^α, touching every latent; log Z from ``likelihood.log_tilted``."""
+    N, L = y.shape[0], likelihood.n_latent
+    latent = torch.arange(L, device=y.device).expand(N, 1, L)
+    mask = torch.ones(N, 1, dtype=torch.bool, device=y.device)
+
+    def log_Z(mean, var):
+        return likelihood.log_tilted(y, mean[:, 0], var[:, 0], alpha)[:, None]
+
+    return Factors(latent=latent, mask=mask, log_Z=log_Z)
+
+
+# ----------------------------------------------------------------------------------------------
+# q(u) = prior × tied sites
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class TiedSites:
+    """Product of sites in u-space: precision Λ̃ [L,M,M] and linear term h̃ [L,M] (precision form)."""
+
+    Lam: torch.Tensor
+    h: torch.Tensor
+
+
+@dataclass(frozen=True)
+class QState:
+    """q(u) and the quantities EP needs, for the current hyper-parameters.
+
+    Lk: chol K_uu [L,M,M]; LP: chol P [L,M,M]; b: L_Kᵀh̃ [L,M]; mean: E_q[u] [L,M]; cov: Cov_q[u] [L,M,M].
+    """
+
+    Lk: torch.Tensor
+    LP: torch.Tensor
+    b: torch.Tensor
+    mean: torch.Tensor
+    cov: torch.Tensor
+
+
+def _whitened_precision(Lk: torch.Tensor, sites: TiedSites) -> tuple[torch.Tensor, torch.Tensor]:
+    """P = I + L_KᵀΛ̃L_K [L,M,M] and b = L_Kᵀh̃ [L,M]."""
+    eye = torch.eye(Lk.shape[-1], dtype=Lk.dtype, device=Lk.device)
+    P = eye + Lk.mT @ sites.Lam @ Lk
+    return 0.5 * (P + P.mT), (Lk.mT @ sites.h[..., None])[..., 0]
+
+
+def q_state(model: SparseGP, sites: TiedSites, Lk: torch.Tensor | None = None) -> QState:
+    """Reconstruct q(u) = p(u) Π sites (eqs. 25–27). Differentiable w.r.t. the hyper-parameters."""
+    Lk = model.chol_Kuu() if Lk is None else Lk
+    P, b = _whitened_precision(Lk, sites)
+    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+    Ainv = solve_lower(LP, torch.eye(P.shape[-1], dtype=P.dtype, device=P.device).expand_as(P))  # LP⁻¹
+    Pinv = Ainv.mT @ Ainv
+    mean_w = (Pinv @ b[..., None])[..., 0]
+    cov = Lk @ Pinv @ Lk.mT
+    return QState(Lk=Lk, LP=LP, b=b, mean=(Lk @ mean_w[..., None])[..., 0], cov=0.5 * (cov + cov.mT))
+
+
+def directions(model: SparseGP, X: torch.Tensor, Lk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """v_il = K⁻¹k_l(x_i) as [L,N,M] and the conditional variances s_il = k_ii + σ_n² − kᵀK⁻¹k, [L,N] (eq. 5)."""
+    A, kdiag = model.projection(X, Lk)                                   # A = L_K⁻¹ K_uf  [L,M,N]
+    V = torch.linalg.solve_triangular(Lk.mT, A, upper=True)             # K⁻¹ K_uf        [L,M,N]
+    s = (kdiag - (A * A).sum(-2)).clamp_min(0.0)
+    return V.mT, s
+
+
+def _gather(t: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
+    """Per-(point, latent) values [L,N] gathered at the factor slots latent [N,F,T] -> [N,F,T]."""
+    N, F, T = latent.shape
+    tN = t.transpose(0, 1)                                               # [N,L]
+    return tN.gather(1, latent.reshape(N, F * T)).reshape(N, F, T)
+
+
+def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor,
+                      latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cavity marginals of v_ilᵀu_l at every factor slot, after removing that factor's site.
+
+    Args:
+        q: current q (``mean``/``cov`` may be detached by the caller).
+        V: current directions [L,B,M]; V_old: directions the sites were stored along [L,B,M].
+        c1, c2: the factors' site parameters (already multiplied by α for Power EP) [B,F,T].
+        latent: [B,F,T].
+    Returns:
+        cavity mean [B,F,T], cavity var [B,F,T] (of the projection, without s_i),
+        and q's own projection marginals along V_old, mean [B,F,T], var [B,F,T] (for g-differences).
+    """
+    SV = V @ q.cov                                                       # [L,B,M]  (S symmetric)
+    SVo = V_old @ q.cov
+    s_cc = (SV * V).sum(-1)                                              # vᵀSv     [L,B]
+    s_co = (SV * V_old).sum(-1)                                          # vᵀSv_o
+    s_oo = (SVo * V_old).sum(-1)
+    m_c = (V * q.mean[:, None, :]).sum(-1)
+    m_o = (V_old * q.mean[:, None, :]).sum(-1)
+    s_cc, s_co, s_oo, m_c, m_o = (_gather(t, latent) for t in (s_cc, s_co, s_oo, m_c, m_o))
+    denom = 1.0 - c1 * s_oo
+    gamma = c1 / denom
+    var_cav = s_cc + gamma * s_co ** 2
+    mean_cav = m_c + gamma * s_co * m_o - c2 * s_co / denom
+    return mean_cav, var_cav, m_o, s_oo
+
+
+def site_update(factors: Factors, mean_cav: torch.Tensor, var_cav: torch.Tensor, s: torch.Tensor,
+                alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """New rank-one site parameters from moment matching (eqs. 39–55; alpha A.12–A.21).
+
+    Args:
+        mean_cav, var_cav: cavity projection marginals [B,F,T]; s: conditional variances at the slots [B,F,T].
+    Returns:
+        c1_new, c2_new [B,F,T], log Z [B,F], ok [B,F] (finite, positive tilted variance).
+    """
+    log_Z, dm, dv = moment_match(factors.log_Z, mean_cav, var_cav + s)
+    # ∂/∂var of the projection equals ∂/∂var of f (var_f = var_proj + s)
+    mu_hat, var_hat = tilted_moments(mean_cav, var_cav, dm, dv)
+    c1 = (1.0 / var_hat - 1.0 / var_cav) / alpha
+    c2 = (mu_hat / var_hat - mean_cav / var_cav) / alpha
+    ok = (var_hat > 0).all(-1) & torch.isfinite(c1).all(-1) & torch.isfinite(c2).all(-1) & torch.isfinite(log_Z)
+    return c1, c2, log_Z, ok & factors.mask
+
+
+def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """1-D log-normaliser without the 2π constant: ½ log σ² + μ²/(2σ²)."""
+    return 0.5 * torch.log(var) + 0.5 * mean ** 2 / var
+
+
+def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor, V_old: torch.Tensor,
+           c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float) -> torch.Tensor:
+    """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
+
+    Args:
+        sites: θ̃ (held fixed); factors/X/V_old/c1/c2: the minibatch's factors, inputs, stored site
+            directions [L,B,M] and site parameters [B,F,T] (for SEP: the tied site's share, see sep.py);
+        alpha: the power; scale: N/|B|.
+    Returns:
+        A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
+        hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
+    """
+    Lk = model.chol_Kuu()
+    P, b = _whitened_precision(Lk, sites)
+    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+    a = solve_lower(LP, b[..., None])[..., 0]
+    global_term = (0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1)).sum()
+    with torch.no_grad():
+        q = q_state(model, sites, Lk.detach())
+    V, s = directions(model, X, Lk)
+    latent = factors.latent
+    ac1, ac2 = alpha * c1, alpha * c2
+    mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent)
+    sg = _gather(s, latent)
+    logZ = factors.log_Z(mean_cav, var_cav + sg).masked_fill(~factors.mask, 0.0)
+    with torch.no_grad():
+        # g(θ^{\f}) − g(θ) along the stored directions (exact rank-one removal)
+        mo_c, vo_c, m_o, s_oo = cavity_projection(q, V_old, V_old, ac1, ac2, latent)
+        gdiff = (_g1(mo_c, vo_c) - _g1(m_o, s_oo)).masked_fill(c1 == 0, 0.0).sum(-1)
+        gdiff = gdiff.masked_fill(~factors.mask, 0.0)
+    local = (logZ.sum() + gdiff.sum()) / alpha
+    return global_term + scale * local
+
+
+# ----------------------------------------------------------------------------------------------
+# The EP / Power EP engine
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class EPState:
+    """Explicit EP state: the tied product θ̃, per-factor site parameters c1, c2 [N,F,T], the
+    directions they are stored along [N,L,M], the damping step count and update reports."""
+
+    Lam: torch.Tensor
+    h: torch.Tensor
+    c1: torch.Tensor
+    c2: torch.Tensor
+    V: torch.Tensor
+    step: int = 0
+    skipped: int = 0
+    redamped: int = 0
+
+
+@dataclass(frozen=True)
+class EP:
+    """Settings of EP (``alpha=1``) and Power EP (``alpha`` in (0, 1]).
+
+    Attributes:
+        alpha: the power of Power EP (alpha §3.1); 1 gives EP.
+        factor: "pairwise" (scalable-ep eq. 6: closed-form Z, the step likelihood) or "likelihood"
+            (one factor per point, p(y_i|f_i)^α from the model's likelihood, e.g. robust-max).
+        damping: initial damping ρ (App. E); annealed as ρ_t = max(damping · decay^t, min_damping).
+    """
+
+    alpha: float = 1.0
+    factor: str = "pairwise"
+    damping: float = 0.5
+    decay: float = 0.99
+    min_damping: float = 0.05
+
+    def __post_init__(self):
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+        if self.factor not in ("pairwise", "likelihood"):
+            raise ValueError(f"unknown factor {self.factor!r}; valid: 'pairwise', 'likelihood'")
+        if self.factor == "pairwise" and self.alpha != 1.0:
+            raise ValueError("pairwise step factors have closed-form moments only for alpha = 1; "
+                             "use factor='likelihood' (robust-max) for Power EP")
+        if not 0.0 < self.damping <= 1.0:
+            raise ValueError(f"damping must be in (0, 1], got {self.damping}")
+
+    def factors(self, model: SparseGP, y: torch.Tensor) -> Factors:
+        """The factor structure for labels y."""
+        if self.factor == "pairwise":
+            return pairwise_factors(y, model.n_latent)
+        return likelihood_factors(model.likelihood, y, self.alpha)
+
+    def init(self, model: SparseGP, X, y, generator) -> EPState:
+        """All sites start at zero (q = prior)."""
+        L, M = model.n_latent, model.n_inducing
+        dt, dev = model.Z.dtype, model.Z.device
+        N = 0 if y is None else y.shape[0]
+        F, T = (model.n_latent, 2) if self.factor == "pairwise" else (1, model.n_latent)
+        z = lambda *s: torch.zeros(*s, dtype=dt, device=dev)
+        return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M))
+
+    def _damping(self, step: int) -> float:
+        return max(self.damping * self.decay ** step, self.min_damping)
+
+    @torch.no_grad()
+    def update(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> EPState:
+        """One parallel damped EP update of the factors of the minibatch (App. E)."""
+        idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
+        fac = self.factors(model, y)
+        sites = TiedSites(state.Lam, state.h)
+        q = q_state(model, sites)
+        V, s = directions(model, X, q.Lk)                                # [L,B,M], [L,B]
+        V_old = state.V[idx].transpose(0, 1)
+        c1_old, c2_old = state.c1[idx], state.c2[idx]
+        a = self.alpha
+        mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, a * c1_old, a * c2_old, fac.latent)
+        cav_ok = (var_cav > 0).all(-1) & fac.mask
+        var_cav = torch.where(var_cav > 0, var_cav, torch.ones_like(var_cav))
+        c1_new, c2_new, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), a)
+        ok = ok & cav_ok
+        skipped = int((fac.mask & ~ok).sum())
+        rho = self._damping(state.step)
+        redamped = 0
+        for _ in range(6):
+            c1 = torch.where(ok[..., None], (1 - rho) * c1_old + rho * c1_new, c1_old)
+            c2 = torch.where(ok[..., None], (1 - rho) * c2_old + rho * c2_new, c2_old)
+            Lam, h = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1, c2, fac.latent)
+            P, _ = _whitened_precision(q.Lk, TiedSites(Lam, h))
+            if not bool((torch.linalg.cholesky_ex(P)[1] > 0).any()):
+                break
+            rho *= 0.5                      # the update would make q non-positive-definite: re-damp
+            redamped += 1
+        else:
+            return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
+                           redamped=state.redamped + redamped)
+        newV = state.V.clone()
+        newV[idx] = V.transpose(0, 1)
+        c1_all, c2_all = state.c1.clone(), state.c2.clone()
+        c1_all[idx], c2_all[idx] = c1, c2
+        return EPState(Lam=Lam, h=h, c1=c1_all, c2=c2_all, V=newV, step=state.step + 1,
+                       skipped=state.skipped + skipped, redamped=state.redamped + redamped)
+
+    def loss(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> torch.Tensor:
+        """−log Z_q estimate on the minibatch (eq. 12 scaling), gradient per eq. (62)."""
+        idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
+        fac = self.factors(model, y)
+        return -log_Zq(model, TiedSites(state.Lam, state.h), fac, X, state.V[idx].transpose(0, 1),
+                       state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0])
+
+    @torch.no_grad()
+    def posterior(self, model: SparseGP, state: EPState) -> InducingPosterior:
+        """q(u) = p(u) Π sites, as mean [L,M] and Cholesky factor [L,M,M]."""
+        q = q_state(model, TiedSites(state.Lam, state.h))
+        return InducingPosterior(mean=q.mean, chol=cholesky(q.cov, what="EP posterior covariance"))
+
+    def trainable(self, model: SparseGP, state: EPState) -> list:
+        """The model's hyper-parameters (sites are updated in closed form by ``update``)."""
+        return list(model.parameters())
+
+
+def _replace_sites(Lam, h, V_old, V, c1_old, c2_old, c1, c2, latent):
+    """θ̃ − Σ old sites along V_old + Σ new sites along V, aggregated per (point, latent)."""
+    L = Lam.shape[0]
+
+    def per_latent(c):                                                   # [B,F,T] -> [L,B]
+        B = c.shape[0]
+        out = torch.zeros(B, L, dtype=c.dtype, device=c.device)
+        out.scatter_add_(1, latent.reshape(B, -1), c.reshape(B, -1))
+        return out.T
+
+    d1o, d2o, d1, d2 = per_latent(c1_old), per_latent(c2_old), per_latent(c1), per_latent(c2)
+    Lam = Lam - V_old.mT @ (d1o[..., None] * V_old) + V.mT @ (d1[..., None] * V)
+    h = h - (d2o[..., None] * V_old).sum(1) + (d2[..., None] * V).sum(1)
+    return 0.5 * (Lam + Lam.mT), h

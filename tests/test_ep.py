@@ -1,0 +1,176 @@
+"""EP / Power EP with rank-one sites: exactness, brute-force moments, fixed points, gradients."""
+import math
+
+import pytest
+import torch
+from scipy.stats import norm
+
+from sgpc import kernels as K
+from sgpc.ep import EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state
+from sgpc.likelihoods import RobustMax
+from sgpc.sparse import SparseGP
+from sgpc.train import TrainSettings, fit
+from support import GaussianLikelihood
+
+torch.set_default_dtype(torch.float64)
+
+
+def gaussian_problem(N=10, M=4, seed=0, inducing_at_data=False):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g)
+    y = torch.sin(2 * X[:, 0]) + 0.2 * torch.randn(N, generator=g)
+    if inducing_at_data:   # Z = X and no latent noise: the conditional variances s_i vanish
+        return SparseGP(K.RBF(2, 1, noise=None, lengthscale=0.9), GaussianLikelihood(0.3), X.clone()), X, y
+    model = SparseGP(K.RBF(2, 1, noise=0.05, lengthscale=0.9), GaussianLikelihood(0.3), X[:M].clone() + 0.1)
+    return model, X, y
+
+
+def exact_sparse_posterior(model, X, y, noise):
+    # q(u) ∝ p(u) Π_i N(y_i | v_iᵀu, s_i + σ²): the exact posterior of the sparse (FITC-likelihood) model
+    Kuu = model.Kuu()[0] + 1e-8 * model.Kuu()[0].diagonal().mean() * torch.eye(model.n_inducing)
+    Kuf = model.kernel(model.Z, X)[0]
+    V = torch.linalg.solve(Kuu, Kuf)
+    s = model.kernel.diag(X)[0] - (Kuf * V).sum(0)
+    w = 1.0 / (s + noise)
+    prec = torch.linalg.inv(Kuu) + (V * w) @ V.T
+    cov = torch.linalg.inv(prec)
+    return cov @ (V @ (w * y)), cov
+
+
+@pytest.mark.parametrize("alpha,at_data", [(1.0, False), (1.0, True), (0.5, True), (0.1, True)])
+def test_one_undamped_sweep_is_exact_for_a_gaussian_likelihood(alpha, at_data):
+    # Power EP tilts with E_{q(f_i)}[p(y_i|f_i)^α] where q(f_i) includes the conditional variance s_i
+    # (alpha paper A.10-A.11), so for α < 1 it is exact only when s_i = 0 (Z = X, no latent noise);
+    # EP (α = 1) is exact for any inducing inputs.
+    model, X, y = gaussian_problem(inducing_at_data=at_data)
+    ep = EP(alpha=alpha, factor="likelihood", damping=1.0)
+    st = ep.update(model, ep.init(model, X, y, None), X, y, len(X))
+    q = ep.posterior(model, st)
+    mean, cov = exact_sparse_posterior(model, X, y, 0.3)
+    torch.testing.assert_close(q.mean[0], mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(q.cov[0], cov, rtol=1e-6, atol=1e-6)
+    # a second sweep changes nothing (fixed point)
+    st2 = ep.update(model, st, X, y, len(X))
+    torch.testing.assert_close(st2.c1, st.c1, rtol=1e-6, atol=1e-8)
+
+
+def classification_problem(N=14, C=3, M=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g)
+    y = torch.randint(0, C, (N,), generator=g)
+    model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
+                     torch.randn(C, M, 2, generator=g))
+    return model, X, y
+
+
+def run_ep(model, X, y, sweeps=200, **kw):
+    ep = EP(damping=0.5, decay=1.0, **kw)
+    st = ep.init(model, X, y, None)
+    for _ in range(sweeps):
+        st = ep.update(model, st, X, y, len(X))
+    return ep, st
+
+
+def test_cavity_projection_against_explicit_inversion():
+    model, X, y = classification_problem()
+    ep, st = run_ep(model, X, y, sweeps=5)
+    q = q_state(model, TiedSites(st.Lam, st.h))
+    V, _ = directions(model, X, q.Lk)
+    fac = pairwise_factors(y, 3)
+    mean_cav, var_cav, _, _ = cavity_projection(q, V, V, st.c1, st.c2, fac.latent)
+    i, k = 2, int((y[2] + 1) % 3)
+    for t, l in enumerate([int(y[i]), k]):
+        v = V[l, i]
+        Lam_q = torch.linalg.inv(q.cov[l])
+        h_q = Lam_q @ q.mean[l]
+        c1, c2 = st.c1[i, k, t], st.c2[i, k, t]
+        Lam_c = Lam_q - c1 * torch.outer(v, v)
+        S_c = torch.linalg.inv(Lam_c)
+        m_c = S_c @ (h_q - c2 * v)
+        torch.testing.assert_close(var_cav[i, k, t], v @ S_c @ v, rtol=1e-6, atol=1e-9)
+        torch.testing.assert_close(mean_cav[i, k, t], v @ m_c, rtol=1e-6, atol=1e-9)
+
+
+def test_pairwise_tilted_moments_against_brute_force():
+    # Z = ∫∫ Φ(...) N(a|.)N(b|.): the site update's tilted moments vs 2-D integration
+    from sgpc.ep import site_update
+    fac = pairwise_factors(torch.tensor([0]), 2)
+    mean = torch.tensor([[[0.3, 0.8], [0.0, 0.0]]])        # factor k=1 (index 1) is real, k=0 padding
+    var = torch.tensor([[[0.7, 1.3], [1.0, 1.0]]])
+    s = torch.tensor([[[0.2, 0.1], [0.0, 0.0]]])
+    mean = mean.flip(1)
+    var = var.flip(1)
+    s = s.flip(1)
+    c1, c2, logZ, ok = site_update(fac, mean, var, s, 1.0)
+    assert ok[0, 1] and not ok[0, 0]
+    my, mk, vy, vk, sy, sk = 0.3, 0.8, 0.7, 1.3, 0.2, 0.1
+    # brute force: a 150 x 150 tensor Gauss-Hermite grid over (f^y, f^k) of the cavity (the integrand
+    # Φ((t_y - t_k)/√(s_y+s_k)) is smooth on the grid's scale; error < 1e-10 here)
+    import numpy as np
+    z, w = np.polynomial.hermite_e.hermegauss(150)
+    w = w / w.sum()
+    ty = my + math.sqrt(vy) * z[:, None]
+    tk = mk + math.sqrt(vk) * z[None, :]
+    phi = norm.cdf((ty - tk) / math.sqrt(sy + sk)) * w[:, None] * w[None, :]
+    Z = phi.sum()
+    Ey, Ey2 = (phi * ty).sum() / Z, (phi * ty ** 2).sum() / Z
+    assert abs(logZ[0, 1].item() - math.log(Z)) < 1e-7
+    # recover the tilted projection moments from the new site: v̂ = 1/(1/v + c1), μ̂ = v̂ (m/v + c2)
+    vh = 1 / (1 / vy + c1[0, 1, 0].item())
+    mh = vh * (my / vy + c2[0, 1, 0].item())
+    assert abs(mh - Ey) < 1e-6 and abs(vh - (Ey2 - Ey ** 2)) < 1e-6
+
+
+def test_fixed_point_and_order_invariance():
+    model, X, y = classification_problem()
+    ep, st = run_ep(model, X, y, sweeps=400)
+    # an undamped update at the fixed point changes no site (sites are O(1); converged to ~1e-9)
+    st2 = EP(damping=1.0).update(model, st, X, y, len(X))
+    torch.testing.assert_close(st2.c1, st.c1, rtol=0, atol=1e-7)
+    torch.testing.assert_close(st2.c2, st.c2, rtol=0, atol=1e-7)
+    perm = torch.randperm(len(X), generator=torch.Generator().manual_seed(3))
+    ep_p, st_p = run_ep(model, X[perm], y[perm])
+    a = -ep.loss(model, st, X, y, len(X))
+    b = -ep_p.loss(model, st_p, X[perm], y[perm], len(X))
+    torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-8)
+
+
+def test_minibatch_objective_averages_to_full_batch():
+    model, X, y = classification_problem(N=12)
+    ep, st = run_ep(model, X, y, sweeps=20)
+    full = ep.loss(model, st, X, y, 12)
+    parts = [ep.loss(model, st, X[i:i + 4], y[i:i + 4], 12, torch.arange(i, i + 4)) for i in (0, 4, 8)]
+    torch.testing.assert_close(sum(parts) / 3, full, rtol=1e-10, atol=1e-10)
+
+
+def test_gradient_at_convergence_matches_finite_differences():
+    model, X, y = classification_problem(N=10, M=3)
+    ep, st = run_ep(model, X, y, sweeps=300)
+    model.zero_grad()
+    ep.loss(model, st, X, y, len(X)).backward()
+    checks = [("kernel.raw_lengthscale", (0, 1)), ("kernel.raw_variance", (2,)), ("kernel.raw_noise", (1,)),
+              ("Z", (0, 1, 0))]
+    params = dict(model.named_parameters())
+    for name, index in checks:
+        p = params[name]
+        grad = -p.grad[index].item()
+        vals = []
+        for sign in (1, -1):
+            with torch.no_grad():
+                p[index] += sign * 1e-5
+            _, s2 = run_ep(model, X, y, sweeps=300)
+            with torch.no_grad():
+                vals.append(-ep.loss(model, s2, X, y, len(X)).item())
+                p[index] -= sign * 1e-5
+        fd = (vals[0] - vals[1]) / 2e-5
+        assert abs(fd - grad) < 1e-4 * max(1.0, abs(fd)), (name, fd, grad)
+
+
+def test_ep_fit_loop_improves_log_Zq():
+    model, X, y = classification_problem(N=30)
+    ep = EP()
+    st = ep.init(model, X, y, None)
+    st, hist = fit(model, ep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=60),
+                   generator=torch.Generator().manual_seed(0))
+    assert hist.objective[-1] > hist.objective[5]
+    assert st.skipped == 0
