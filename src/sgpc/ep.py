@@ -43,7 +43,7 @@ from .gaussian import cholesky, moment_match, solve_lower, tilted_moments
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",
-           "cavity_projection", "site_update", "log_Zq", "EP", "EPState"]
+           "cavity_projection", "site_update", "log_Zq", "g_difference", "directions", "EP", "EPState"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -199,6 +199,17 @@ def site_update(factors: Factors, mean_cav: torch.Tensor, var_cav: torch.Tensor,
     return c1, c2, log_Z, ok & factors.mask
 
 
+def g_difference(Lk: torch.Tensor, sites: TiedSites) -> torch.Tensor:
+    """g(θ_prior + θ̃) − g(θ_prior) per latent [L], in whitened form: ½ bᵀP⁻¹b − log|L_P|.
+
+    (The Jacobian of w = L_K⁻¹u adds log|L_K| to both g's and cancels.)
+    """
+    P, b = _whitened_precision(Lk, sites)
+    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+    a = solve_lower(LP, b[..., None])[..., 0]
+    return 0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1)
+
+
 def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     """1-D log-normaliser without the 2π constant: ½ log σ² + μ²/(2σ²)."""
     return 0.5 * torch.log(var) + 0.5 * mean ** 2 / var
@@ -217,10 +228,7 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
     """
     Lk = model.chol_Kuu()
-    P, b = _whitened_precision(Lk, sites)
-    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
-    a = solve_lower(LP, b[..., None])[..., 0]
-    global_term = (0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1)).sum()
+    global_term = g_difference(Lk, sites).sum()
     with torch.no_grad():
         q = q_state(model, sites, Lk.detach())
     V, s = directions(model, X, Lk)

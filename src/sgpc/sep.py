@@ -1,0 +1,152 @@
+"""Stochastic EP (SEP) with inducing points: all sites tied into one factor per latent function (scalable-ep §2.3.1; Li et al. 2015).
+
+Instead of N·(C−1) rank-one sites, SEP stores their product φ̃_l per latent function as natural
+parameters in u-space (Λ̃ [L,M,M], h̃ [L,M]); memory O(L·M²), independent of N. A factor's
+cavity divides q by the average site: q^{\\f} ∝ q / φ̃_l^{1/n_l} on every latent l the factor touches,
+n_l being the number of factor slots on latent l in the whole data set (for the pairwise factors
+of eq. 6: N_l(C−1) + (N − N_l) with N_l the points of class l). The cavity is the same for every
+factor, so its projections on v_il cost one O(M²) product per point and latent.
+
+Update (parallel over a minibatch B with n_{B,l} slots on latent l, damping ρ):
+    θ̃_l ← θ̃_l + ρ [Σ_{slots in B on l} θ_new − (n_{B,l}/n_l) θ̃_l],
+which for ρ = 1 and one factor is SEP's θ̃ ← (1 − 1/n)θ̃ + θ_new. The new local sites come from the
+same moment matching as EP (``ep.site_update``). log Z_q and its gradient are EP's (§2.3.1: "all the
+other steps are carried out as in the original EP algorithm"), with g(θ^{\\f}) − g(θ) the difference
+for the full-rank removal of φ̃_l^{1/n_l}.
+
+What this module does not do: per-site storage (``ep.py``), or gradient-based tied factors (APEP).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .ep import (Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions, g_difference,
+                 likelihood_factors, pairwise_factors, q_state, site_update)
+from .gaussian import cholesky
+from .sparse import InducingPosterior, SparseGP
+
+__all__ = ["SEP", "SEPState", "slot_counts"]
+
+
+def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
+    """Number of factor slots touching each latent function: [L] (float)."""
+    lat = factors.latent[factors.mask]                                   # [n_factors, T]
+    return torch.bincount(lat.reshape(-1), minlength=n_latent).to(torch.float64)
+
+
+@dataclass
+class SEPState:
+    """Tied sites θ̃ (u-space), slot counts n_l [L], damping step and update reports."""
+
+    Lam: torch.Tensor
+    h: torch.Tensor
+    counts: torch.Tensor
+    step: int = 0
+    skipped: int = 0
+    redamped: int = 0
+
+
+@dataclass(frozen=True)
+class SEP:
+    """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1)."""
+
+    factor: str = "pairwise"
+    damping: float = 0.5
+    decay: float = 0.99
+    min_damping: float = 0.05
+
+    def __post_init__(self):
+        if self.factor not in ("pairwise", "likelihood"):
+            raise ValueError(f"unknown factor {self.factor!r}; valid: 'pairwise', 'likelihood'")
+        if not 0.0 < self.damping <= 1.0:
+            raise ValueError(f"damping must be in (0, 1], got {self.damping}")
+
+    def factors(self, model: SparseGP, y: torch.Tensor) -> Factors:
+        """The factor structure for labels y."""
+        if self.factor == "pairwise":
+            return pairwise_factors(y, model.n_latent)
+        return likelihood_factors(model.likelihood, y, 1.0)
+
+    def init(self, model: SparseGP, X, y, generator) -> SEPState:
+        """θ̃ = 0 (q = prior); slot counts from the full label vector."""
+        L, M = model.n_latent, model.n_inducing
+        dt, dev = model.Z.dtype, model.Z.device
+        counts = torch.ones(L, dtype=dt, device=dev) if y is None else \
+            slot_counts(self.factors(model, y), L).to(dt).to(dev)
+        return SEPState(Lam=torch.zeros(L, M, M, dtype=dt, device=dev), h=torch.zeros(L, M, dtype=dt, device=dev),
+                        counts=counts)
+
+    def _cavity_sites(self, state: SEPState) -> TiedSites:
+        keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))
+        return TiedSites(state.Lam * keep[:, None, None], state.h * keep[:, None])
+
+    @torch.no_grad()
+    def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> SEPState:
+        """One parallel damped SEP update over the minibatch."""
+        fac = self.factors(model, y)
+        cav = q_state(model, self._cavity_sites(state))
+        V, s = directions(model, X, cav.Lk)
+        zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
+        mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
+        c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
+        skipped = int((fac.mask & ~ok).sum())
+        c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
+        c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
+        L = model.n_latent
+        B = c1.shape[0]
+
+        def per_latent(c):
+            out = torch.zeros(B, L, dtype=c.dtype, device=c.device)
+            out.scatter_add_(1, fac.latent.reshape(B, -1), c.reshape(B, -1))
+            return out.T                                                   # [L,B]
+
+        d1, d2 = per_latent(c1), per_latent(c2)
+        used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
+        n_b = per_latent(used).sum(1)                                      # slots updated, per latent
+        frac = (n_b / state.counts.clamp_min(1.0))
+        new_Lam = V.mT @ (d1[..., None] * V)
+        new_h = (d2[..., None] * V).sum(1)
+        rho = max(self.damping * self.decay ** state.step, self.min_damping)
+        redamped = 0
+        for _ in range(6):
+            Lam = state.Lam + rho * (new_Lam - frac[:, None, None] * state.Lam)
+            h = state.h + rho * (new_h - frac[:, None] * state.h)
+            Lam = 0.5 * (Lam + Lam.mT)
+            P, _ = _whitened_precision(cav.Lk, TiedSites(Lam, h))
+            Pc, _ = _whitened_precision(cav.Lk, self._cavity_sites(replace(state, Lam=Lam, h=h)))
+            if not bool((torch.linalg.cholesky_ex(P)[1] > 0).any() or (torch.linalg.cholesky_ex(Pc)[1] > 0).any()):
+                return SEPState(Lam=Lam, h=h, counts=state.counts, step=state.step + 1,
+                                skipped=state.skipped + skipped, redamped=state.redamped + redamped)
+            rho *= 0.5
+            redamped += 1
+        return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
+                       redamped=state.redamped + redamped)
+
+    def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
+        """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62)."""
+        fac = self.factors(model, y)
+        sites = TiedSites(state.Lam, state.h)
+        Lk = model.chol_Kuu()
+        global_term = g_difference(Lk, sites).sum()
+        with torch.no_grad():
+            cav = q_state(model, self._cavity_sites(state), Lk.detach())
+            # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it
+            G = g_difference(Lk.detach(), self._cavity_sites(state)) - g_difference(Lk.detach(), sites)
+        V, s = directions(model, X, Lk)
+        zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
+        mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
+        logZ = fac.log_Z(mean_cav, var_cav + _gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
+        gsum = (G[fac.latent] * fac.mask[..., None]).sum()
+        return -(global_term + (n_total / X.shape[0]) * (logZ.sum() + gsum))
+
+    @torch.no_grad()
+    def posterior(self, model: SparseGP, state: SEPState) -> InducingPosterior:
+        """q(u) = p(u) φ̃(u)."""
+        q = q_state(model, TiedSites(state.Lam, state.h))
+        return InducingPosterior(mean=q.mean, chol=cholesky(q.cov, what="SEP posterior covariance"))
+
+    def trainable(self, model: SparseGP, state: SEPState) -> list:
+        """The model's hyper-parameters."""
+        return list(model.parameters())

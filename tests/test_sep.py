@@ -1,0 +1,93 @@
+"""SEP: tied sites equal EP with one factor, memory independent of N, minibatch unbiasedness."""
+import pytest
+import torch
+
+from sgpc import kernels as K
+from sgpc.ep import EP
+from sgpc.likelihoods import RobustMax
+from sgpc.sep import SEP
+from sgpc.sparse import SparseGP
+from sgpc.train import TrainSettings, fit
+from support import GaussianLikelihood
+
+torch.set_default_dtype(torch.float64)
+
+
+def sweeps(engine, model, X, y, n):
+    st = engine.init(model, X, y, None)
+    for _ in range(n):
+        st = engine.update(model, st, X, y, len(X))
+    return st
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "pairwise"])
+def test_sep_with_one_factor_equals_ep(kind):
+    # one data point and one factor (Gaussian likelihood, or C = 2 pairwise): q/φ̃^{1/1} is EP's cavity
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1, 2, generator=g)
+    if kind == "gaussian":
+        model = SparseGP(K.RBF(2, 1, noise=0.05), GaussianLikelihood(0.3), torch.randn(3, 2, generator=g))
+        y, factor = torch.tensor([0.7]), "likelihood"
+    else:
+        model = SparseGP(K.RBF(2, 2, noise=0.05), RobustMax(2), torch.randn(2, 3, 2, generator=g))
+        y, factor = torch.tensor([1]), "pairwise"
+    ep, sep = EP(factor=factor, damping=0.5, decay=1.0), SEP(factor=factor, damping=0.5, decay=1.0)
+    s_ep, s_sep = sweeps(ep, model, X, y, 60), sweeps(sep, model, X, y, 60)
+    q1, q2 = ep.posterior(model, s_ep), sep.posterior(model, s_sep)
+    torch.testing.assert_close(q2.mean, q1.mean, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(q2.cov, q1.cov, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(sep.loss(model, s_sep, X, y, 1), ep.loss(model, s_ep, X, y, 1), rtol=1e-6, atol=1e-8)
+
+
+def problem(N, C=3, M=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g)
+    y = torch.randint(0, C, (N,), generator=g)
+    model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
+                     torch.randn(C, M, 2, generator=g))
+    return model, X, y
+
+
+def test_state_size_does_not_grow_with_N():
+    sizes = []
+    for N in (10, 1000):
+        model, X, y = problem(N)
+        st = SEP().init(model, X, y, None)
+        sizes.append(sum(t.numel() for t in (st.Lam, st.h, st.counts)))
+    assert sizes[0] == sizes[1] == 3 * 4 * 4 + 3 * 4 + 3
+
+
+def test_slot_counts_of_pairwise_factors():
+    model, X, y = problem(20)
+    counts = SEP().init(model, X, y, None).counts
+    N_l = torch.bincount(y, minlength=3).double()
+    torch.testing.assert_close(counts, N_l * 2 + (20 - N_l))          # (C-1) N_l + (N - N_l) with C = 3
+
+
+def test_minibatch_objective_averages_to_full_batch_and_fit_improves():
+    model, X, y = problem(12)
+    sep = SEP()
+    st = sweeps(sep, model, X, y, 10)
+    full = sep.loss(model, st, X, y, 12)
+    parts = [sep.loss(model, st, X[i:i + 4], y[i:i + 4], 12) for i in (0, 4, 8)]
+    torch.testing.assert_close(sum(parts) / 3, full, rtol=1e-10, atol=1e-10)
+    # hyper-parameter learning raises the converged log Z_q (EP updates alone need not be monotone)
+    model, X, y = problem(40)
+    before = -sep.loss(model, sweeps(sep, model, X, y, 100), X, y, 40).item()
+    st = sep.init(model, X, y, None)
+    st, hist = fit(model, sep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=150, batch_size=10),
+                   generator=torch.Generator().manual_seed(0))
+    after = -sep.loss(model, sweeps(sep, model, X, y, 100), X, y, 40).item()
+    assert after > before + 0.25, (before, after)   # measured +0.71 with these settings
+    assert st.skipped == 0
+
+
+def test_sep_approaches_ep_on_a_larger_problem():
+    # not equal (tied cavities are an approximation) but close in predictive terms
+    from sgpc.sparse import predict_log_proba
+    model, X, y = problem(60)
+    s_ep = sweeps(EP(decay=1.0), model, X, y, 150)
+    s_sep = sweeps(SEP(decay=1.0), model, X, y, 150)
+    p1 = predict_log_proba(model, EP().posterior(model, s_ep), X).exp()
+    p2 = predict_log_proba(model, SEP().posterior(model, s_sep), X).exp()
+    assert (p1 - p2).abs().max() < 0.1
