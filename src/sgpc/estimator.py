@@ -24,12 +24,14 @@ from . import kernels as K
 from .likelihoods import RobustMax
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict_log_proba
 from .train import TrainSettings, fit as fit_loop, _state_to_dict, _load_state
+from .ep import EP
+from .sep import SEP
 from .vi import VI
 
 __all__ = ["GPClassifier", "METHODS", "RESERVED_METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
 
-METHODS = ("vi",)
-RESERVED_METHODS = ("ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc")
+METHODS = ("vi", "ep", "sep")
+RESERVED_METHODS = ("gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc")
 LIKELIHOODS = ("robustmax",)
 KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -95,8 +97,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     """Sparse Gaussian-process classifier with inducing points (multi-class and binary).
 
     Args:
-        method: inference method; "vi" (Hensman et al. 2015). Reserved for later releases:
-            "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc".
+        method: inference method: "vi" (Hensman et al. 2015; free Gaussian q, ELBO), "ep" (EP with
+            rank-one sites on the pairwise step factors, scalable-ep §2.2), "sep" (stochastic EP, tied
+            sites, memory independent of N, §2.3.1). Reserved for later releases: "gfitc", "pep",
+            "apep", "arpep", "rpapep", "bsvm", "rmgpc".
         likelihood: "robustmax" (step likelihood with label-noise ε).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear".
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
@@ -106,7 +110,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         shared_kernel: one set of kernel hyper-parameters for all latent functions.
         latent_noise: initial variance of the additive latent noise (papers' kernel); None removes the term.
         epsilon: robust-max label-noise probability; learn_epsilon: make it trainable.
-        optimizer: "adam" or "lbfgs" (full batch). learning_rate: optimiser step size.
+        damping: initial EP/SEP damping (annealed by 0.99 per update, floor 0.05).
+        optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
+            rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips). learning_rate: step size.
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch.
         random_state: int, RandomState or None; all randomness flows from it.
@@ -121,7 +127,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
                  n_inducing: int = 100, inducing_init: str = "kmeans", learn_inducing: bool = True,
                  shared_inducing: bool = False, shared_kernel: bool = False, latent_noise: float | None = 1e-3,
-                 epsilon: float = 1e-3, learn_epsilon: bool = False, optimizer: str = "adam",
+                 epsilon: float = 1e-3, learn_epsilon: bool = False, damping: float = 0.5, optimizer: str = "adam",
                  learning_rate: float = 0.01, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
                  device: str = "cpu", verbose: int = 0, checkpoint_path: str | None = None,
@@ -137,6 +143,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.latent_noise = latent_noise
         self.epsilon = epsilon
         self.learn_epsilon = learn_epsilon
+        self.damping = damping
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.max_iter = max_iter
@@ -178,6 +185,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return RobustMax(C, epsilon=self.epsilon, learn_epsilon=self.learn_epsilon)
 
     def _make_engine(self):
+        if self.method == "ep":
+            return EP(damping=self.damping)
+        if self.method == "sep":
+            return SEP(damping=self.damping)
         return VI()
 
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale) -> SparseGP:

@@ -27,9 +27,41 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["TrainSettings", "History", "fit", "save_checkpoint", "load_checkpoint", "CheckpointError"]
+__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
-OPTIMIZERS = ("adam", "lbfgs")
+OPTIMIZERS = ("adam", "lbfgs", "adaptive")
+
+
+class SignAdaptive(torch.optim.Optimizer):
+    """Gradient descent with one learning rate per parameter element, adapted by the gradient's sign.
+
+    The batch rule of scalable-ep App. G (and alpha App. A): a rate grows by 2% while its gradient
+    keeps its sign between consecutive steps and halves when the sign flips.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, increase: float = 1.02, decrease: float = 0.5):
+        super().__init__(params, dict(lr=lr, increase=increase, decrease=decrease))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step; ``closure`` (if given) re-evaluates the loss and is called with gradients enabled."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if "rate" not in st:
+                    st["rate"] = torch.full_like(p, group["lr"])
+                    st["prev"] = torch.zeros_like(p)
+                same = torch.sign(p.grad) * torch.sign(st["prev"]) >= 0
+                st["rate"].mul_(torch.where(same, group["increase"], group["decrease"]))
+                p.sub_(st["rate"] * p.grad)
+                st["prev"].copy_(p.grad)
+        return loss
 
 
 class CheckpointError(ValueError):
@@ -41,7 +73,8 @@ class TrainSettings:
     """How to run the fit loop.
 
     Attributes:
-        optimizer: "adam" or "lbfgs" (full batch only).
+        optimizer: "adam", "lbfgs" (full batch only) or "adaptive" (sign-adapted per-parameter
+            rates, the papers' batch rule; see ``SignAdaptive``).
         learning_rate: Adam step size (L-BFGS: initial step, 1.0 recommended).
         max_iter: optimiser steps; ``n_epochs`` overrides it with ceil(N / batch) · n_epochs.
         batch_size: minibatch size |B|; None = full batch.
@@ -178,6 +211,8 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
     params = engine.trainable(model, state)
     if settings.optimizer == "adam":
         opt = torch.optim.Adam(params, lr=settings.learning_rate)
+    elif settings.optimizer == "adaptive":
+        opt = SignAdaptive(params, lr=settings.learning_rate)
     else:
         opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
                                 line_search_fn="strong_wolfe")
@@ -217,6 +252,11 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
         if not math.isfinite(objective):
             raise FloatingPointError(
                 f"the objective became {objective} at step {step}; lower learning_rate or use dtype='float64'")
+        if getattr(state, "skipped", 0) or getattr(state, "redamped", 0):
+            last = history.events[-1] if history.events else {"skipped": 0, "redamped": 0}
+            if (state.skipped, state.redamped) != (last["skipped"], last["redamped"]):
+                history.events.append({"iteration": step + 1, "skipped": int(state.skipped),
+                                       "redamped": int(state.redamped)})
         history.iteration.append(step + 1)
         history.objective.append(objective)
         history.time.append(time.perf_counter() - t0)
