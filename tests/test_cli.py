@@ -1,0 +1,190 @@
+"""Tests of sgpc.cli: fit -> predict -> evaluate round trips, the demo, and user-error exit codes.
+
+Everything runs in-process through ``main(argv)`` with tiny fits (iris, 20 steps, M = 10), except
+one subprocess check that ``python -m sgpc`` works.
+"""
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+
+from sgpc import cli
+
+TINY = ["--max-iter", "20", "--n-inducing", "10"]
+NAMES = np.array(["setosa", "versicolor", "virginica"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny fits run fastest on one thread; on a shared machine more threads oversubscribe the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _write_iris_csv(path, with_label=True, rows=slice(None)):
+    X, y = load_iris(return_X_y=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["a", "b", "c", "d"] + (["species"] if with_label else []))
+        for xi, yi in zip(X[rows], y[rows]):
+            w.writerow(list(xi) + ([NAMES[yi]] if with_label else []))
+    return path
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], np.array(rows[1:], dtype=float)
+
+
+@pytest.fixture(scope="module")
+def name_model(tmp_path_factory):
+    """A model fitted on the iris training split, by name."""
+    model = tmp_path_factory.mktemp("name") / "iris.pt"
+    assert cli.main(["fit", "iris", "-o", str(model), *TINY]) == 0
+    return model
+
+
+@pytest.fixture(scope="module")
+def file_model(tmp_path_factory):
+    """A model fitted on a CSV with string labels in the column 'species'."""
+    d = tmp_path_factory.mktemp("file")
+    data = _write_iris_csv(d / "iris.csv")
+    model = d / "model.pt"
+    assert cli.main(["fit", str(data), "-o", str(model), "--target", "species", "--seed", "1", *TINY]) == 0
+    return model, data
+
+
+def test_fit_by_name_writes_model_and_sidecar(name_model, capsys):
+    side = json.loads((name_model.parent / "iris.pt.json").read_text())
+    assert side["source"] == "name" and side["data"] == "iris" and side["seed"] == 0
+    assert len(side["mean"]) == len(side["std"]) == 4
+
+
+def test_evaluate_by_name_uses_the_test_split(name_model, tmp_path, capsys):
+    out = tmp_path / "metrics.json"
+    assert cli.main(["evaluate", str(name_model), "iris", "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["n"] == 15  # iris: 10% of 150 rows
+    assert set(result) >= {"error", "nll", "brier", "ece", "n"}
+    assert 0 <= result["error"] <= 0.5  # 20 steps on iris: far better than chance (2/3)
+    assert "error" in capsys.readouterr().out
+
+
+def test_file_round_trip(file_model, tmp_path, capsys):
+    model, data = file_model
+    out = tmp_path / "proba.csv"
+    assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(out)]) == 0
+    header, proba = _read_csv(out)
+    assert header == NAMES.tolist()
+    assert proba.shape == (150, 3)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-9)  # written with full float precision
+
+    features = _write_iris_csv(tmp_path / "features.csv", with_label=False, rows=slice(0, 10))
+    out2 = tmp_path / "proba2.csv"
+    assert cli.main(["predict", str(model), str(features), "-o", str(out2)]) == 0
+    # same rows, same probabilities up to rounding (BLAS sums in a different order for 10 rows than for 150)
+    np.testing.assert_allclose(_read_csv(out2)[1], proba[:10], rtol=1e-12, atol=1e-15)
+
+    assert cli.main(["evaluate", str(model), str(data)]) == 0  # label column taken from the sidecar
+    assert "n 150" in capsys.readouterr().out
+
+
+def test_predict_to_stdout(name_model, tmp_path, capsys):
+    features = _write_iris_csv(tmp_path / "f.csv", with_label=False, rows=slice(0, 3))
+    capsys.readouterr()
+    assert cli.main(["predict", str(name_model), str(features)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "0,1,2" and len(lines) == 4
+
+
+def test_predict_with_label_column_but_no_target_is_a_clear_error(file_model, capsys):
+    model, data = file_model
+    assert cli.main(["predict", str(model), str(data)]) == 2
+    err = capsys.readouterr().err
+    assert "not numeric" in err and "--target" in err and "Traceback" not in err
+
+
+def test_demo_writes_figure(tmp_path, capsys):
+    assert cli.main(["demo", "--max-iter", "5", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    png = tmp_path / "demo.png"
+    assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for word in ("test error", "test NLL", "Brier", "ECE", "time: fit", str(png), "held-out"):
+        assert word in out
+
+
+def test_demo_without_matplotlib(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
+    monkeypatch.setattr(cli, "DEMO_SETTINGS", {**cli.DEMO_SETTINGS, "n_inducing": 10})
+    assert cli.main(["demo", "--max-iter", "2", "--out", str(tmp_path)]) == 0
+    assert "pip install sgpc[plot]" in capsys.readouterr().out
+    assert not (tmp_path / "demo.png").exists()
+
+
+def test_unknown_dataset(tmp_path, capsys):
+    assert cli.main(["fit", "no-such-set", "-o", str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown data set 'no-such-set'" in err and "iris" in err and "Traceback" not in err
+
+
+def test_missing_file(tmp_path, capsys):
+    assert cli.main(["fit", str(tmp_path / "absent.csv"), "-o", str(tmp_path / "m.pt")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_corrupt_model_file(tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"this is not a model")
+    assert cli.main(["evaluate", str(bad), "iris"]) == 2
+    err = capsys.readouterr().err
+    assert "not a readable sgpc model file" in err and "Traceback" not in err
+
+
+def test_debug_shows_the_exception(tmp_path):
+    with pytest.raises(ValueError, match="unknown data set"):
+        cli.main(["fit", "no-such-set", "-o", str(tmp_path / "m.pt"), "--debug"])
+
+
+def test_bad_argument_combination(tmp_path, capsys):
+    assert cli.main(["fit", "iris", "-o", str(tmp_path / "m.pt"), "--resume"]) == 2
+    assert "--resume needs --checkpoint" in capsys.readouterr().err
+
+
+def test_usage_error_returns_2(capsys):
+    assert cli.main(["fit"]) == 2
+    assert "required" in capsys.readouterr().err
+    assert cli.main(["--threads", "0", "evaluate", "m.pt", "iris"]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err
+
+
+def test_missing_model_file(tmp_path, capsys):
+    assert cli.main(["predict", str(tmp_path / "absent.pt"), str(tmp_path / "x.csv")]) == 2
+    assert "model file not found" in capsys.readouterr().err
+
+
+def test_python_dash_m_help():
+    run = subprocess.run([sys.executable, "-m", "sgpc", "--help"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for command in ("fit", "predict", "evaluate", "demo"):
+        assert command in run.stdout
+
+
+def test_predict_parquet_features(name_model, tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X = load_iris().data[:5]
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table({f"x{j}": X[:, j] for j in range(4)} | {"label": [0, 0, 1, 1, 2]}), path)
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", str(name_model), str(path), "--target", "label", "-o", str(out)]) == 0
+    assert _read_csv(out)[1].shape == (5, 3)
+    assert cli.main(["predict", str(name_model), str(path)]) == 2  # 5 columns for a 4-feature model
+    assert "pass --target COL" in capsys.readouterr().err
