@@ -118,6 +118,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         random_state: int, RandomState or None; all randomness flows from it.
         dtype: "float64" (default) or "float32". device: "cpu", "cuda", ...
         verbose: 0 silent, 1 progress bar and a summary.
+        eval_every: steps between evaluations of the validation data passed to ``fit``.
         checkpoint_path, checkpoint_every: resumable checkpoints every K steps; ``fit(..., resume=True)`` continues.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
@@ -130,7 +131,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  epsilon: float = 1e-3, learn_epsilon: bool = False, damping: float = 0.5, optimizer: str = "adam",
                  learning_rate: float = 0.01, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
-                 device: str = "cpu", verbose: int = 0, checkpoint_path: str | None = None,
+                 device: str = "cpu", verbose: int = 0, eval_every: int = 50, checkpoint_path: str | None = None,
                  checkpoint_every: int = 0):
         self.method = method
         self.likelihood = likelihood
@@ -153,6 +154,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.dtype = dtype
         self.device = device
         self.verbose = verbose
+        self.eval_every = eval_every
         self.checkpoint_path = checkpoint_path
         self.checkpoint_every = checkpoint_every
 
@@ -247,7 +249,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         settings = TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
                                  n_epochs=self.n_epochs, batch_size=self.batch_size,
                                  checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
-                                 progress=bool(self.verbose))
+                                 eval_every=self.eval_every, progress=bool(self.verbose))
         validate = None
         if X_val is not None:
             Xv = self._tensor(self._validate_X(X_val, reset=False))
