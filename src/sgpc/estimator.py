@@ -25,13 +25,14 @@ from .likelihoods import RobustMax
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict_log_proba
 from .train import TrainSettings, fit as fit_loop, _state_to_dict, _load_state
 from .ep import EP
+from .fitc_ep import GFITC
 from .sep import SEP
 from .vi import VI
 
 __all__ = ["GPClassifier", "METHODS", "RESERVED_METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
 
-METHODS = ("vi", "ep", "sep")
-RESERVED_METHODS = ("gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc")
+METHODS = ("vi", "ep", "sep", "gfitc", "pep", "arpep")
+RESERVED_METHODS = ("apep", "rpapep", "bsvm", "rmgpc")
 LIKELIHOODS = ("robustmax",)
 KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -99,8 +100,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     Args:
         method: inference method: "vi" (Hensman et al. 2015; free Gaussian q, ELBO), "ep" (EP with
             rank-one sites on the pairwise step factors, scalable-ep §2.2), "sep" (stochastic EP, tied
-            sites, memory independent of N, §2.3.1). Reserved for later releases: "gfitc", "pep",
-            "apep", "arpep", "rpapep", "bsvm", "rmgpc".
+            sites, memory independent of N, §2.3.1), "pep" (Power EP with rank-one sites on the
+            robust-max likelihood, alpha paper §3.1), "arpep" (free Gaussian q, alpha eq. 9),
+            "gfitc" (EP in function space on the FITC prior with the exact step likelihood, run to
+            convergence before each hyper-parameter step; full batch only, use optimizer="lbfgs").
+            Reserved for later releases: "apep", "rpapep", "bsvm", "rmgpc".
+        alpha: the α of "pep" and "arpep", in (0, 1] (1 = EP; → 0 approaches VI).
         likelihood: "robustmax" (step likelihood with label-noise ε).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear".
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
@@ -128,7 +133,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
                  n_inducing: int = 100, inducing_init: str = "kmeans", learn_inducing: bool = True,
                  shared_inducing: bool = False, shared_kernel: bool = False, latent_noise: float | None = 1e-3,
-                 epsilon: float = 1e-3, learn_epsilon: bool = False, damping: float = 0.5, optimizer: str = "adam",
+                 epsilon: float = 1e-3, learn_epsilon: bool = False, alpha: float = 0.5, damping: float = 0.5,
+                 optimizer: str = "adam",
                  learning_rate: float = 0.01, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
                  device: str = "cpu", verbose: int = 0, eval_every: int = 50, checkpoint_path: str | None = None,
@@ -144,6 +150,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.latent_noise = latent_noise
         self.epsilon = epsilon
         self.learn_epsilon = learn_epsilon
+        self.alpha = alpha
         self.damping = damping
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -168,6 +175,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         _choice("kernel", self.kernel, KERNELS)
         _choice("dtype", self.dtype, tuple(DTYPES))
         _choice("inducing_init", self.inducing_init, ("kmeans", "random"))
+        if self.method == "gfitc" and self.batch_size is not None:
+            raise ValueError("method='gfitc' runs EP to convergence on the whole data set: use batch_size=None")
         if not (isinstance(self.n_inducing, (int, np.integer)) and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
 
@@ -191,6 +200,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return EP(damping=self.damping)
         if self.method == "sep":
             return SEP(damping=self.damping)
+        if self.method == "gfitc":
+            return GFITC(damping=self.damping)
+        if self.method == "pep":
+            return EP(alpha=self.alpha, factor="likelihood", damping=self.damping)
+        if self.method == "arpep":
+            return VI(alpha=self.alpha)
         return VI()
 
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale) -> SparseGP:
@@ -264,6 +279,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                   f"({self.model_.n_latent} latent functions), N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, Xt, yt, settings, generator=generator,
                                         validate=validate, resume=resume)
+        # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
+        self.state_ = engine.update(self.model_, self.state_, Xt, yt, N, torch.arange(N, device=Xt.device))
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)

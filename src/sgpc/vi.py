@@ -22,7 +22,7 @@ from torch import nn
 from .gaussian import kl_standard_normal
 from .sparse import InducingPosterior, SparseGP, whitened_marginals
 
-__all__ = ["WhitenedGaussian", "elbo", "VI", "VIState"]
+__all__ = ["WhitenedGaussian", "elbo", "alpha_objective", "VI", "VIState"]
 
 
 class WhitenedGaussian(nn.Module):
@@ -59,6 +59,19 @@ def elbo(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: torch.Tensor,
     return (n_total / X.shape[0]) * ell - kl
 
 
+def alpha_objective(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: torch.Tensor, n_total: int,
+                    alpha: float) -> torch.Tensor:
+    """ARPEP objective, alpha paper eq. (9): (N/|B|)(1/α) Σ_B log E_q[p(y_i|f_i)^α] − KL(q ‖ p).
+
+    As α → 0, (1/α) log E[p^α] → E[log p] and this tends to the ELBO (eq. 15); the likelihood's
+    ``log_tilted`` keeps the small-α limit stable. Args as ``elbo``; returns a scalar.
+    """
+    chol_w = q.chol
+    mean, var = whitened_marginals(model, q.mean, chol_w, X)
+    local = model.likelihood.log_tilted(y, mean, var, alpha).sum() / alpha
+    return (n_total / X.shape[0]) * local - kl_standard_normal(q.mean, chol_w).sum()
+
+
 @dataclass
 class VIState:
     """Explicit state of the VI engine: the variational parameters."""
@@ -68,7 +81,18 @@ class VIState:
 
 @dataclass(frozen=True)
 class VI:
-    """Settings of the VI engine (none yet beyond the shared fit-loop settings)."""
+    """Settings of the free-Gaussian engine.
+
+    Attributes:
+        alpha: None for the ELBO (``vi``); a value in (0, 1] for the ARPEP objective of alpha
+            eq. (9) (``arpep``).
+    """
+
+    alpha: float | None = None
+
+    def __post_init__(self):
+        if self.alpha is not None and not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
 
     def init(self, model: SparseGP, X: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> VIState:
         """q starts at the prior."""
@@ -82,8 +106,10 @@ class VI:
 
     def loss(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int,
              idx: torch.Tensor | None = None) -> torch.Tensor:
-        """−ELBO estimate (scalar, differentiable)."""
-        return -elbo(model, state.q, X, y, n_total)
+        """−ELBO (or −ARPEP objective) estimate: a differentiable scalar."""
+        if self.alpha is None:
+            return -elbo(model, state.q, X, y, n_total)
+        return -alpha_objective(model, state.q, X, y, n_total, self.alpha)
 
     def posterior(self, model: SparseGP, state: VIState) -> InducingPosterior:
         """q(u) in the unwhitened space: mean L_K m̃, factor L_K L̃."""

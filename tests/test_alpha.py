@@ -1,0 +1,95 @@
+"""α-divergence methods: PEP at α = 1 is EP, ARPEP tends to VI as α → 0, gradients over an α grid."""
+import pytest
+import torch
+
+from sgpc import kernels as K
+from sgpc.ep import EP
+from sgpc.likelihoods import RobustMax
+from sgpc.sparse import SparseGP
+from sgpc.vi import VI, WhitenedGaussian, alpha_objective, elbo
+
+torch.set_default_dtype(torch.float64)
+
+
+def problem(N=12, C=3, M=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g)
+    y = torch.randint(0, C, (N,), generator=g)
+    model = SparseGP(K.RBF(2, C, noise=0.1, variance=2.0), RobustMax(C, epsilon=0.01), torch.randn(C, M, 2, generator=g))
+    q = WhitenedGaussian(C, M)
+    with torch.no_grad():
+        q.mean.normal_(generator=g)
+        q.raw_chol.mul_(0.7)
+    return model, q, X, y
+
+
+def test_arpep_tends_to_the_elbo():
+    model, q, X, y = problem()
+    e = elbo(model, q, X, y, len(X))
+    gaps = [abs((alpha_objective(model, q, X, y, len(X), a) - e).item()) for a in (1e-1, 1e-2, 1e-4)]
+    assert gaps[2] < 1e-3 * abs(e.item())
+    assert gaps[0] > gaps[1] > gaps[2]                       # smooth, monotone approach
+    # Jensen: (1/α) log E[p^α] >= E[log p], so the ARPEP objective is never below the ELBO
+    assert all(alpha_objective(model, q, X, y, len(X), a) >= e for a in (0.01, 0.5, 1.0))
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 0.5, 1.0])
+def test_arpep_gradient_finite_differences(alpha):
+    model, q, X, y = problem(N=8, M=3)
+    params = dict(model.named_parameters())
+    names = list(params)
+    vals = tuple(p.detach().clone().requires_grad_(True) for p in params.values())
+
+    def f(*ps):
+        return torch.func.functional_call(_Obj(model, q, alpha), {"model." + n: v for n, v in zip(names, ps)}, (X, y))
+
+    assert torch.autograd.gradcheck(f, vals, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+class _Obj(torch.nn.Module):
+    def __init__(self, model, q, alpha):
+        super().__init__()
+        self.model, self.q, self.alpha = model, q, alpha
+
+    def forward(self, X, y):
+        return alpha_objective(self.model, self.q, X, y, len(X), self.alpha)
+
+
+def test_pep_at_alpha_one_equals_ep_with_the_same_likelihood():
+    model, _, X, y = problem()
+    runs = []
+    for engine in (EP(alpha=1.0, factor="likelihood", decay=1.0), EP(alpha=1.0 - 1e-9, factor="likelihood", decay=1.0)):
+        st = engine.init(model, X, y, None)
+        for _ in range(40):
+            st = engine.update(model, st, X, y, len(X))
+        runs.append((engine.posterior(model, st), engine.loss(model, st, X, y, len(X))))
+    torch.testing.assert_close(runs[0][0].mean, runs[1][0].mean, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.5])
+def test_pep_gradient_at_convergence_matches_finite_differences(alpha):
+    model, _, X, y = problem(N=8, M=3)
+    ep = EP(alpha=alpha, factor="likelihood", decay=1.0)
+
+    def converge():
+        st = ep.init(model, X, y, None)
+        for _ in range(250):
+            st = ep.update(model, st, X, y, len(X))
+        return st
+
+    st = converge()
+    model.zero_grad()
+    ep.loss(model, st, X, y, len(X)).backward()
+    p = model.kernel.raw_lengthscale
+    grad = -p.grad[1, 0].item()
+    vals = []
+    for sign in (1, -1):
+        with torch.no_grad():
+            p[1, 0] += sign * 1e-5
+        s2 = converge()
+        with torch.no_grad():
+            vals.append(-ep.loss(model, s2, X, y, len(X)).item())
+            p[1, 0] -= sign * 1e-5
+    fd = (vals[0] - vals[1]) / 2e-5
+    assert abs(fd - grad) < 1e-4 * max(1.0, abs(fd)), (fd, grad)
