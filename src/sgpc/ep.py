@@ -341,11 +341,11 @@ class EP:
         else:
             return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
                            redamped=state.redamped + redamped)
-        newV = state.V.clone()
-        newV[idx] = V.transpose(0, 1)
-        c1_all, c2_all = state.c1.clone(), state.c2.clone()
-        c1_all[idx], c2_all[idx] = c1, c2
-        return EPState(Lam=Lam, h=h, c1=c1_all, c2=c2_all, V=newV, step=state.step + 1,
+        # The per-site arrays are O(N·L·M): they are written in place (only the minibatch's rows), so
+        # that a minibatch step costs O(B) and not a copy of every site; the returned state shares them.
+        state.V[idx] = V.transpose(0, 1)
+        state.c1[idx], state.c2[idx] = c1, c2
+        return EPState(Lam=Lam, h=h, c1=state.c1, c2=state.c2, V=state.V, step=state.step + 1,
                        skipped=state.skipped + skipped, redamped=state.redamped + redamped)
 
     def loss(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> torch.Tensor:

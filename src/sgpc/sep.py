@@ -73,8 +73,13 @@ class SEP:
         """θ̃ = 0 (q = prior); slot counts from the full label vector."""
         L, M = model.n_latent, model.n_inducing
         dt, dev = model.Z.dtype, model.Z.device
-        counts = torch.ones(L, dtype=dt, device=dev) if y is None else \
-            slot_counts(self.factors(model, y), L).to(dt).to(dev)
+        if y is None:
+            counts = torch.ones(L, dtype=dt, device=dev)
+        elif self.factor == "pairwise":      # slot_counts without building the O(N·C) factor table
+            N_l = torch.bincount(y, minlength=L).to(dt).to(dev)
+            counts = N_l * (L - 1) + (y.shape[0] - N_l)
+        else:
+            counts = torch.full((L,), float(y.shape[0]), dtype=dt, device=dev)
         return SEPState(Lam=torch.zeros(L, M, M, dtype=dt, device=dev), h=torch.zeros(L, M, dtype=dt, device=dev),
                         counts=counts)
 
