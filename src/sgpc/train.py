@@ -115,7 +115,8 @@ class TrainSettings:
 
 @dataclass
 class History:
-    """Per-step record: objective (the engine's −loss), wall time since the start, and sparse validation rows."""
+    """Per-step record: objective (the engine's −loss), training wall time since the start (validation
+    excluded), and sparse validation rows."""
 
     iteration: list = field(default_factory=list)
     objective: list = field(default_factory=list)
@@ -261,9 +262,11 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
         history.objective.append(objective)
         history.time.append(time.perf_counter() - t0)
         if validate is not None and ((step + 1) % settings.eval_every == 0 or step + 1 == n_steps):
+            t_eval = time.perf_counter()
             row = {"iteration": step + 1, "time": history.time[-1]}
             row.update(validate(model, state))
             history.validation.append(row)
+            t0 += time.perf_counter() - t_eval      # training time excludes validation
         if bar is not None:
             bar.update(1)
             bar.set_postfix(objective=f"{objective:.4g}", refresh=False)
