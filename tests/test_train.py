@@ -130,3 +130,13 @@ def test_divergence_raises_a_clear_error():
     state = engine.init(model, X, y, torch.Generator())
     with pytest.raises(FloatingPointError, match="step 2.*learning_rate"):
         fit(model, engine, state, X, y, TrainSettings(max_iter=10), generator=torch.Generator())
+
+
+def test_max_time_stops_the_loop_and_validates_the_last_step():
+    model, X, y = problem()
+    state = VI().init(model, X, y, torch.Generator())
+    rows = []
+    s = TrainSettings(max_iter=1000, max_time=0.0, eval_every=7)
+    state, hist = fit(model, VI(), state, X, y, s, generator=torch.Generator(),
+                      validate=lambda m, st: rows.append(1) or {"x": 1.0})
+    assert hist.iteration == [1] and rows == [1] and hist.validation[0]["iteration"] == 1

@@ -81,6 +81,7 @@ class TrainSettings:
         checkpoint_path / checkpoint_every: write a resumable checkpoint every K steps (0 = never).
         eval_every: steps between validation evaluations (when a validation function is given).
         progress: show a progress bar.
+        max_time: stop after this many seconds of training (validation excluded); None = no limit.
     """
 
     optimizer: str = "adam"
@@ -92,6 +93,7 @@ class TrainSettings:
     checkpoint_every: int = 0
     eval_every: int = 50
     progress: bool = False
+    max_time: float | None = None
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -272,6 +274,12 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
             bar.set_postfix(objective=f"{objective:.4g}", refresh=False)
         if callback is not None:
             callback(step + 1, objective)
+        out_of_time = settings.max_time is not None and history.time[-1] >= settings.max_time
+        if out_of_time and validate is not None and \
+                (not history.validation or history.validation[-1]["iteration"] != step + 1):
+            row = {"iteration": step + 1, "time": history.time[-1]}
+            row.update(validate(model, state))
+            history.validation.append(row)
         if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
             save_checkpoint(settings.checkpoint_path, {
                 "format": "sgpc-checkpoint", "iteration": step + 1,
@@ -279,6 +287,8 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(),
             })
+        if out_of_time:
+            break
     if bar is not None:
         bar.close()
     return state, history
