@@ -93,3 +93,48 @@ def test_pep_gradient_at_convergence_matches_finite_differences(alpha):
             p[1, 0] -= sign * 1e-5
     fd = (vals[0] - vals[1]) / 2e-5
     assert abs(fd - grad) < 1e-4 * max(1.0, abs(fd)), (fd, grad)
+
+
+def test_rpapep_and_apep_tend_to_the_elbo_of_their_q():
+    from sgpc.sep import APEP, apep_energy
+    from sgpc.sparse import marginals, prior_kl
+    from sgpc.vi import rpapep_objective
+    model, q, X, y = problem()
+    e = elbo(model, q, X, y, len(X))
+    gaps = [abs((rpapep_objective(model, q, X, y, len(X), a) - e).item()) for a in (1e-2, 1e-4, 1e-6)]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-4          # O(α) approach to the ELBO
+    apep = APEP()
+    st = apep.init(model, X, y, None)
+    with torch.no_grad():
+        st.factor.raw_T.add_(0.3 * torch.randn(st.factor.raw_T.shape, generator=torch.Generator().manual_seed(1)))
+        st.factor.b.normal_(generator=torch.Generator().manual_seed(2))
+    post = apep.posterior(model, st)
+    mean, var = marginals(model, post, X)
+    e_apep = model.likelihood.expected_log_prob(y, mean, var).sum() - prior_kl(model, post)
+    gaps = [abs((apep_energy(model, st.factor, X, y, len(X), a) - e_apep).item()) for a in (1e-2, 1e-4, 1e-6)]
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-4
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.1, 0.5, 1.0])
+def test_rpapep_and_apep_gradients_finite_differences(alpha):
+    from sgpc.sep import APEP, apep_energy
+    from sgpc.vi import rpapep_objective
+    model, q, X, y = problem(N=8, M=3)
+    st = APEP().init(model, X, y, None)
+    mods = {"model": model, "q": q, "f": st.factor}
+    names = [(k, n) for k, mod in mods.items() for n, _ in mod.named_parameters()]
+    vals = tuple(p.detach().clone().requires_grad_(True) for k, mod in mods.items() for p in mod.parameters())
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.q, self.f = model, q, st.factor
+
+        def forward(self, X, y):
+            return (rpapep_objective(self.model, self.q, X, y, len(X), alpha)
+                    + apep_energy(self.model, self.f, X, y, len(X), alpha))
+
+    def f(*ps):
+        return torch.func.functional_call(Both(), {f"{k}.{n}": v for (k, n), v in zip(names, ps)}, (X, y))
+
+    assert torch.autograd.gradcheck(f, vals, eps=1e-6, atol=1e-5, rtol=1e-4)

@@ -26,13 +26,13 @@ from .sparse import InducingPosterior, SparseGP, init_inducing, predict_log_prob
 from .train import TrainSettings, fit as fit_loop, _state_to_dict, _load_state
 from .ep import EP
 from .fitc_ep import GFITC
-from .sep import SEP
+from .sep import APEP, SEP
 from .vi import VI
 
 __all__ = ["GPClassifier", "METHODS", "RESERVED_METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
 
-METHODS = ("vi", "ep", "sep", "gfitc", "pep", "arpep")
-RESERVED_METHODS = ("apep", "rpapep", "bsvm", "rmgpc")
+METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep")
+RESERVED_METHODS = ("bsvm", "rmgpc")
 LIKELIHOODS = ("robustmax",)
 KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -101,11 +101,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         method: inference method: "vi" (Hensman et al. 2015; free Gaussian q, ELBO), "ep" (EP with
             rank-one sites on the pairwise step factors, scalable-ep §2.2), "sep" (stochastic EP, tied
             sites, memory independent of N, §2.3.1), "pep" (Power EP with rank-one sites on the
-            robust-max likelihood, alpha paper §3.1), "arpep" (free Gaussian q, alpha eq. 9),
+            robust-max likelihood, alpha paper §3.1), "apep" (tied factor optimised by gradient of
+            the Power-EP energy, alpha §3.2), "arpep" (free Gaussian q, alpha eq. 9), "rpapep"
+            (free Gaussian q with the prior as one more factor, alpha eq. 10),
             "gfitc" (EP in function space on the FITC prior with the exact step likelihood, run to
             convergence before each hyper-parameter step; full batch only, use optimizer="lbfgs").
-            Reserved for later releases: "apep", "rpapep", "bsvm", "rmgpc".
-        alpha: the α of "pep" and "arpep", in (0, 1] (1 = EP; → 0 approaches VI).
+            Reserved for later releases: "bsvm", "rmgpc".
+        alpha: the α of "pep", "apep", "arpep", "rpapep", in (0, 1] (1 = EP; → 0 approaches VI).
         likelihood: "robustmax" (step likelihood with label-noise ε).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear".
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
@@ -204,8 +206,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return GFITC(damping=self.damping)
         if self.method == "pep":
             return EP(alpha=self.alpha, factor="likelihood", damping=self.damping)
+        if self.method == "apep":
+            return APEP(alpha=self.alpha)
         if self.method == "arpep":
             return VI(alpha=self.alpha)
+        if self.method == "rpapep":
+            return VI(alpha=self.alpha, objective="rpapep")
         return VI()
 
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale) -> SparseGP:

@@ -14,7 +14,11 @@ same moment matching as EP (``ep.site_update``). log Z_q and its gradient are EP
 other steps are carried out as in the original EP algorithm"), with g(θ^{\\f}) − g(θ) the difference
 for the full-rank removal of φ̃_l^{1/n_l}.
 
-What this module does not do: per-site storage (``ep.py``), or gradient-based tied factors (APEP).
+APEP (alpha paper §3.2) ties the sites the same way, with the cavity q/φ̃^{α/N}, but optimises
+the tied factor's natural parameters by gradient ascent on the Power-EP energy (eq. 8) together with
+the hyper-parameters, instead of moment matching.
+
+What this module does not do: per-site storage (``ep.py``).
 """
 from __future__ import annotations
 
@@ -24,10 +28,10 @@ import torch
 
 from .ep import (Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions, g_difference,
                  likelihood_factors, pairwise_factors, q_state, site_update)
-from .gaussian import cholesky
+from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
-__all__ = ["SEP", "SEPState", "slot_counts"]
+__all__ = ["SEP", "SEPState", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
 
 
 def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
@@ -155,3 +159,100 @@ class SEP:
     def trainable(self, model: SparseGP, state: SEPState) -> list:
         """The model's hyper-parameters."""
         return list(model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------
+# APEP: the tied factor optimised by gradient of the Power-EP energy
+# ----------------------------------------------------------------------------------------------
+class TiedFactor(torch.nn.Module):
+    """A trainable tied factor per latent function in whitened coordinates w = L_K⁻¹u.
+
+    q(w) ∝ N(w | 0, I) φ̃(w) with φ̃ = exp(−½ wᵀTTᵀw + bᵀw): precision P = I + TTᵀ, linear term b.
+    T is lower triangular; TTᵀ ⪰ 0 keeps q and every cavity I + (1 − α/N)TTᵀ positive definite by
+    construction (a restriction: sites with negative precision cannot be represented). T starts at
+    0.1·I (T = 0 would be a saddle of the energy in T), b at 0.
+    """
+
+    def __init__(self, n_latent: int, n_inducing: int, dtype=torch.float64, device=None):
+        super().__init__()
+        eye = torch.eye(n_inducing, dtype=dtype, device=device)
+        self.raw_T = torch.nn.Parameter(0.1 * eye.repeat(n_latent, 1, 1))
+        self.b = torch.nn.Parameter(torch.zeros(n_latent, n_inducing, dtype=dtype, device=device))
+
+    def precision(self, scale: float = 1.0) -> torch.Tensor:
+        """I + scale·TTᵀ, [L,M,M]."""
+        T = torch.tril(self.raw_T)
+        eye = torch.eye(T.shape[-1], dtype=T.dtype, device=T.device)
+        return eye + scale * (T @ T.mT)
+
+
+def _gw(P: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(g(P, b) without constants [L], chol P, P⁻¹b) for a whitened Gaussian ∝ exp(−½wᵀPw + bᵀw)."""
+    LP = cholesky(P, jitter=0.0, what="APEP precision")
+    a = solve_lower(LP, b[..., None])[..., 0]
+    mean = torch.linalg.solve_triangular(LP.mT, a[..., None], upper=True)[..., 0]
+    return 0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1), LP, mean
+
+
+def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: float) -> torch.Tensor:
+    """Power-EP energy with tied factors, alpha eq. (8): log Z_q estimated on a minibatch.
+
+        log Z_q = g(θ) − g(θ_prior) + (1/α) Σ_i [log E_{q^{\\α}}[p(y_i|f_i)^α] + g(θ^{\\α}) − g(θ)],
+    with the cavity θ^{\\α} = θ_prior + (1 − α/N) θ̃ the same for every point. Differentiable in the
+    factor and the hyper-parameters. Returns a scalar.
+    """
+    N = n_total
+    c = 1.0 - alpha / N
+    g_q, _, _ = _gw(factor.precision(1.0), factor.b)
+    g_cav, L_cav, mean_cav = _gw(factor.precision(c), c * factor.b)
+    Lk = model.chol_Kuu()
+    A, kdiag = model.projection(X, Lk)
+    S = solve_lower(L_cav, A)                                            # cavity cov = L_cav⁻ᵀL_cav⁻¹
+    mean = (A * mean_cav[..., None]).sum(-2)
+    var = kdiag - (A * A).sum(-2) + (S * S).sum(-2)
+    local = model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha).sum()
+    return g_q.sum() + ((N / X.shape[0]) * local + N * (g_cav - g_q).sum()) / alpha
+
+
+@dataclass
+class APEPState:
+    """The trainable tied factor."""
+
+    factor: TiedFactor
+
+
+@dataclass(frozen=True)
+class APEP:
+    """Settings of APEP: the power α in (0, 1]."""
+
+    alpha: float = 0.5
+
+    def __post_init__(self):
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+
+    def init(self, model: SparseGP, X, y, generator) -> APEPState:
+        """q starts near the prior (T = 0.1·I, b = 0)."""
+        return APEPState(TiedFactor(model.n_latent, model.n_inducing, dtype=model.Z.dtype, device=model.Z.device))
+
+    def update(self, model, state, X, y, n_total, idx=None) -> APEPState:
+        """No closed-form step: the factor is optimised by gradient with the hyper-parameters."""
+        return state
+
+    def loss(self, model, state, X, y, n_total, idx=None) -> torch.Tensor:
+        """−energy estimate (scalar, differentiable)."""
+        return -apep_energy(model, state.factor, X, y, n_total, self.alpha)
+
+    @torch.no_grad()
+    def posterior(self, model: SparseGP, state: APEPState) -> InducingPosterior:
+        """q(u) = L_K q(w)."""
+        _, LP, mean_w = _gw(state.factor.precision(1.0), state.factor.b)
+        Lk = model.chol_Kuu()
+        root = Lk @ torch.linalg.solve_triangular(LP.mT, torch.eye(LP.shape[-1], dtype=LP.dtype,
+                                                                  device=LP.device).expand_as(LP), upper=True)
+        return InducingPosterior(mean=(Lk @ mean_w[..., None])[..., 0],
+                                 chol=cholesky(root @ root.mT, what="APEP posterior covariance"))
+
+    def trainable(self, model: SparseGP, state: APEPState) -> list:
+        """Hyper-parameters and the tied factor."""
+        return list(model.parameters()) + list(state.factor.parameters())
