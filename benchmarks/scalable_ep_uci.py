@@ -50,12 +50,13 @@ PAPER_ERR = {
 OPTIMIZER = {"ep": ("adaptive", 0.1), "sep": ("adaptive", 0.1), "vi": ("lbfgs", 1.0), "gfitc": ("lbfgs", 1.0)}
 
 
-def run(name, method, fraction, seed, iters):
+def run(name, method, fraction, seed, iters, optimizer=None, **params):
+    """One fit and test evaluation; ``params`` go to GPClassifier (e.g. alpha)."""
     Xtr, Xte, ytr, yte = train_test(name, seed=seed)
     M = max(1, int(round(fraction * len(Xtr))))
-    opt, lr = OPTIMIZER[method]
+    opt, lr = optimizer or OPTIMIZER[method]
     clf = GPClassifier(method=method, n_inducing=M, inducing_init="random", optimizer=opt, learning_rate=lr,
-                       max_iter=iters, random_state=seed)
+                       max_iter=iters, random_state=seed, **params)
     t0 = time.perf_counter()
     clf.fit(Xtr, ytr)
     t = time.perf_counter() - t0
@@ -63,7 +64,7 @@ def run(name, method, fraction, seed, iters):
     known = np.isin(yte, clf.classes_)
     idx = np.searchsorted(clf.classes_, yte[known])
     m = evaluate(idx, P[known])
-    return {"set": name, "method": method, "fraction": fraction, "M": M, "seed": seed, "n_train": len(Xtr),
+    return {"set": name, "method": method, **params, "fraction": fraction, "M": M, "seed": seed, "n_train": len(Xtr),
             "n_test": int(known.sum()), "error": m["error"], "nll": m["nll"], "time_s": t,
             "skipped_site_updates": clf.history_["events"][-1]["skipped"] if clf.history_["events"] else 0}
 
