@@ -247,7 +247,7 @@ class SweepResult(NamedTuple):
     var: torch.Tensor
     n_skipped: int       # one-latent site updates refused (kept at their old value)
     n_redamped: int      # one-latent site updates applied with a step smaller than ``damping``
-    max_change: float    # max |Δ| over every site parameter actually applied
+    max_change: float    # max |Δ|/(1 + |old|) over every site parameter actually applied
 
 
 @torch.no_grad()
@@ -303,7 +303,8 @@ def ep_sweep(prior: FITCPrior, y: torch.Tensor, sites: PairSites, *, damping: fl
     changed_k = ok_k & (step[None, :] < 1)
     n_redamped = int((changed_y & (step[y][:, None] > 0)).sum() + (changed_k & (step[None, :] > 0)).sum())
     n_skipped += int((changed_y & (step[y][:, None] == 0)).sum() + (changed_k & (step[None, :] == 0)).sum())
-    max_change = max(float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(cand, sites))
+    # relative change: sites of confidently classified points grow large, where an absolute tolerance never triggers
+    max_change = max(float(((a - b).abs() / (1.0 + b.abs())).max()) if a.numel() else 0.0 for a, b in zip(cand, sites))
     return SweepResult(cand, mean_new, var_new, n_skipped, n_redamped, max_change)
 
 
@@ -322,7 +323,7 @@ class EPReport:
 @torch.no_grad()
 def run_ep(prior: FITCPrior, y: torch.Tensor, sites: PairSites, *, damping: float = 0.5, tol: float = 1e-4,
            max_sweeps: int = 100, log_factor: LogFactor = step_log_Z):
-    """Parallel EP sweeps from ``sites`` until every site parameter changes by less than ``tol``.
+    """Parallel EP sweeps from ``sites`` until every site parameter changes by less than ``tol`` (relative).
 
     Warm start: if ``sites`` give an invalid posterior under ``prior`` (e.g. after a
     hyper-parameter step with negative site precisions), that latent's sites are reset to zero
@@ -445,14 +446,18 @@ class GFITC:
 
     Attributes:
         damping: weight of the new site in (0, 1]; 1 = undamped EP.
-        tol: EP stops when no site parameter changes by more than this in a sweep.
-        max_sweeps: cap on EP sweeps per ``update``.
+        tol: EP stops when no site parameter changes by more than this (relative to 1 + |value|) in a sweep.
+        max_sweeps: cap on EP sweeps per ``update``. Each update warm-starts from the previous sites,
+            so over a fit EP keeps converging; on satimage (M = 129) parallel EP from zero sites
+            still changed sites by 13% (relative) after 55 sweeps, so "to convergence" at every
+            step would cost ~100 sweeps per hyper-parameter step. ``state.report()`` says whether the
+            last update converged.
         log_factor: log normaliser of one pairwise factor under its cavity (default: step).
     """
 
     damping: float = 0.5
-    tol: float = 1e-4
-    max_sweeps: int = 100
+    tol: float = 1e-3
+    max_sweeps: int = 20
     log_factor: LogFactor = field(default=step_log_Z, repr=False)
 
     def __post_init__(self):
