@@ -437,3 +437,13 @@ def test_nycflights13_features(shared):
     assert 0 < len(ds.X) < 20_000 and np.isfinite(ds.X).all()  # rows without plane year dropped
     assert set(ds.y) == {"early", "on-time", "late"}
     assert ds.X[0, 2] == 1  # 2013-01-01 was a Tuesday (0 = Monday)
+
+
+def test_read_features_drops_the_target_and_refuses_text(tmp_path):
+    p = tmp_path / "new.csv"
+    p.write_text("a,b,label\n1,2,x\n3,4,y\n")
+    X, names = datasets.read_features(p, target="label")
+    np.testing.assert_array_equal(X, [[1, 2], [3, 4]])
+    assert names == ("a", "b")
+    with pytest.raises(ValueError, match="not numeric"):
+        datasets.read_features(p)

@@ -205,28 +205,12 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
 
 
 def _read_features(path: str, target) -> np.ndarray:
-    """Feature matrix [N,D] of a file; the ``target`` column (when given) is dropped.
-
-    LIBSVM goes through ``datasets.load_file`` (its label is always first). For CSV and Parquet,
-    datasets has no public reader of label-free tables, so its private readers are used; a column
-    that is not numeric is refused (its ordinal codes would be this file's, not the training file's).
-    """
+    """Feature matrix [N,D] of a file; the ``target`` column (when given) is dropped."""
     _require_file(path, "file")
-    fmt = datasets._infer_format(pathlib.Path(path))
-    if fmt == "libsvm":
-        return datasets.load_file(path, fmt="libsvm").X
-    reader = datasets._read_parquet_columns if fmt == "parquet" else datasets._read_csv
-    names, columns = reader(pathlib.Path(path))
-    if target is not None:
-        drop = datasets._target_index(names, target)
-        names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
-    parsed = [datasets._parse_feature(n, c, False, lambda i: f"row {i + 1} of {path}")
-              for n, c in zip(names, columns)]
-    text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
-    if text:
-        raise CLIError(f"{path}: columns {text[:5]} are not numeric; predict needs numeric features "
-                       "(if one of them is the label, pass --target COL)")
-    return np.column_stack(parsed) if parsed else np.empty((0, 0))
+    try:
+        return datasets.read_features(path, target=target)[0]
+    except ValueError as exc:
+        raise CLIError(f"{exc} (or pass --target COL)") from None
 
 
 def _standardise(X: np.ndarray, side: dict, source: str, hint: str) -> np.ndarray:

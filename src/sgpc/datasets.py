@@ -43,6 +43,7 @@ __all__ = [
     "available",
     "load",
     "load_file",
+    "read_features",
     "train_test",
     "standardize",
 ]
@@ -383,6 +384,34 @@ def load_file(
         missing_as_category=(missing == "category"), locate=lambda i: f"row {i + 1} of {path}",
         description=f"loaded from {path}",
     )
+
+
+def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None
+                  ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Numeric feature matrix [N,D] and column names of a file that may have no label column.
+
+    For new data at prediction time: CSV/CSV.gz, Parquet or LIBSVM (whose label is always first and
+    is dropped). ``target`` names a column to drop when the file has one. A non-numeric column is
+    refused: its codes would be this file's own, not those of the training data.
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    fmt = fmt or _infer_format(path)
+    if fmt == "libsvm":
+        ds = load_file(path, fmt="libsvm")
+        return ds.X, ds.feature_names
+    names, columns = (_read_parquet_columns if fmt == "parquet" else _read_csv)(path)
+    if target is not None:
+        drop = _target_index(names, target)
+        names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
+    parsed = [_parse_feature(n, c, False, lambda i: f"row {i + 1} of {path}") for n, c in zip(names, columns)]
+    text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
+    if text:
+        raise ValueError(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
+                         "(if one of them is the label, pass target=<column>)")
+    X = np.column_stack(parsed) if parsed else np.empty((0, 0))
+    return X, tuple(names)
 
 
 def train_test(
