@@ -94,6 +94,24 @@ def likelihood_factors(likelihood, y: torch.Tensor, alpha: float = 1.0) -> Facto
     return Factors(latent=latent, mask=mask, log_Z=log_Z)
 
 
+FACTOR_KINDS = ("pairwise", "likelihood")
+
+
+def make_factors(kind: str, model: SparseGP, y: torch.Tensor, alpha: float = 1.0) -> Factors:
+    """``pairwise_factors`` (kind "pairwise") or ``likelihood_factors`` of the model's likelihood."""
+    if kind == "pairwise":
+        return pairwise_factors(y, model.n_latent)
+    return likelihood_factors(model.likelihood, y, alpha)
+
+
+def per_latent(c: torch.Tensor, latent: torch.Tensor, n_latent: int) -> torch.Tensor:
+    """Sum slot values c [B,F,T] over the slots of each (point, latent): [L,B]."""
+    B = c.shape[0]
+    out = torch.zeros(B, n_latent, dtype=c.dtype, device=c.device)
+    out.scatter_add_(1, latent.reshape(B, -1), c.reshape(B, -1))
+    return out.T
+
+
 # ----------------------------------------------------------------------------------------------
 # q(u) = prior × tied sites
 # ----------------------------------------------------------------------------------------------
@@ -284,7 +302,7 @@ class EP:
     def __post_init__(self):
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
-        if self.factor not in ("pairwise", "likelihood"):
+        if self.factor not in FACTOR_KINDS:
             raise ValueError(f"unknown factor {self.factor!r}; valid: 'pairwise', 'likelihood'")
         if self.factor == "pairwise" and self.alpha != 1.0:
             raise ValueError("pairwise step factors have closed-form moments only for alpha = 1; "
@@ -294,9 +312,7 @@ class EP:
 
     def factors(self, model: SparseGP, y: torch.Tensor) -> Factors:
         """The factor structure for labels y."""
-        if self.factor == "pairwise":
-            return pairwise_factors(y, model.n_latent)
-        return likelihood_factors(model.likelihood, y, self.alpha)
+        return make_factors(self.factor, model, y, self.alpha)
 
     def init(self, model: SparseGP, X, y, generator) -> EPState:
         """All sites start at zero (q = prior)."""
@@ -369,14 +385,7 @@ class EP:
 def _replace_sites(Lam, h, V_old, V, c1_old, c2_old, c1, c2, latent):
     """θ̃ − Σ old sites along V_old + Σ new sites along V, aggregated per (point, latent)."""
     L = Lam.shape[0]
-
-    def per_latent(c):                                                   # [B,F,T] -> [L,B]
-        B = c.shape[0]
-        out = torch.zeros(B, L, dtype=c.dtype, device=c.device)
-        out.scatter_add_(1, latent.reshape(B, -1), c.reshape(B, -1))
-        return out.T
-
-    d1o, d2o, d1, d2 = per_latent(c1_old), per_latent(c2_old), per_latent(c1), per_latent(c2)
+    d1o, d2o, d1, d2 = (per_latent(c, latent, L) for c in (c1_old, c2_old, c1, c2))
     Lam = Lam - V_old.mT @ (d1o[..., None] * V_old) + V.mT @ (d1[..., None] * V)
     h = h - (d2o[..., None] * V_old).sum(1) + (d2[..., None] * V).sum(1)
     return 0.5 * (Lam + Lam.mT), h

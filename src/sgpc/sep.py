@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions, g_difference,
-                 likelihood_factors, pairwise_factors, q_state, site_update)
+from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions,
+                 g_difference, make_factors, per_latent, q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -62,16 +62,14 @@ class SEP:
     min_damping: float = 0.05
 
     def __post_init__(self):
-        if self.factor not in ("pairwise", "likelihood"):
+        if self.factor not in FACTOR_KINDS:
             raise ValueError(f"unknown factor {self.factor!r}; valid: 'pairwise', 'likelihood'")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must be in (0, 1], got {self.damping}")
 
     def factors(self, model: SparseGP, y: torch.Tensor) -> Factors:
         """The factor structure for labels y."""
-        if self.factor == "pairwise":
-            return pairwise_factors(y, model.n_latent)
-        return likelihood_factors(model.likelihood, y, 1.0)
+        return make_factors(self.factor, model, y, 1.0)
 
     def init(self, model: SparseGP, X, y, generator) -> SEPState:
         """θ̃ = 0 (q = prior); slot counts from the full label vector."""
@@ -104,16 +102,9 @@ class SEP:
         c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
         c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
         L = model.n_latent
-        B = c1.shape[0]
-
-        def per_latent(c):
-            out = torch.zeros(B, L, dtype=c.dtype, device=c.device)
-            out.scatter_add_(1, fac.latent.reshape(B, -1), c.reshape(B, -1))
-            return out.T                                                   # [L,B]
-
-        d1, d2 = per_latent(c1), per_latent(c2)
+        d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
-        n_b = per_latent(used).sum(1)                                      # slots updated, per latent
+        n_b = per_latent(used, fac.latent, L).sum(1)                                      # slots updated, per latent
         frac = (n_b / state.counts.clamp_min(1.0))
         new_Lam = V.mT @ (d1[..., None] * V)
         new_h = (d2[..., None] * V).sum(1)
