@@ -194,3 +194,17 @@ def test_wine_end_to_end():
         nlls.append(-np.mean(np.log(P[np.arange(len(yte)), yte])))
     assert np.mean(errs) <= 0.05, errs
     assert np.mean(nlls) <= 0.15, nlls
+
+
+@pytest.mark.parametrize("method", ["vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep"])
+def test_every_method_saves_and_loads_exactly(iris, method, tmp_path):
+    X, y = iris
+    opt = {"gfitc": "lbfgs"}.get(method, "adam")
+    clf = GPClassifier(method=method, optimizer=opt, learning_rate=1.0 if opt == "lbfgs" else 0.01,
+                       n_inducing=8, max_iter=5, random_state=0).fit(X, y)
+    clf.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    for name, value in vars(clf.state_).items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(getattr(back.state_, name), value, rtol=0, atol=0)
