@@ -111,6 +111,7 @@ def test_save_load_round_trip_exactly(fitted, tmp_path):
     np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
     clf, _, _ = fitted
     good = tmp_path / "m.pt"

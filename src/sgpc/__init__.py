@@ -1,7 +1,8 @@
 """sgpc: scalable Gaussian-process classification in PyTorch.
 
-Multi-class and binary GP classifiers with inducing points: VI today; EP, SEP, Power EP and the
-other methods of DESIGN.md as they land. Start with ``sgpc.GPClassifier``.
+Multi-class GP classifiers with inducing points: VI, EP, SEP, GFITC, and the α-divergence family
+(PEP, APEP, ARPEP, RPAPEP); the remaining methods of DESIGN.md as they land. Start with
+``sgpc.GPClassifier``.
 """
 from .estimator import GPClassifier
 
