@@ -3,7 +3,9 @@ import math
 
 import torch
 
-from sgpc.likelihoods import Likelihood
+from sgpc import kernels as K
+from sgpc.likelihoods import Likelihood, RobustMax
+from sgpc.sparse import SparseGP
 
 
 class GaussianLikelihood(Likelihood):
@@ -46,3 +48,13 @@ def exact_gp(K, y, noise):
     cov = K - V.T @ V
     lml = -0.5 * y @ alpha - torch.log(L.diagonal()).sum() - 0.5 * N * math.log(2 * math.pi)
     return mean, cov, lml
+
+
+def classification_problem(N=14, C=3, M=4, seed=1):
+    """A small random C-class problem and a robust-max SparseGP with per-latent inducing inputs."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g, dtype=torch.float64)
+    y = torch.randint(0, C, (N,), generator=g)
+    model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
+                     torch.randn(C, M, 2, generator=g, dtype=torch.float64))
+    return model, X, y

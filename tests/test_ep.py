@@ -10,7 +10,7 @@ from sgpc.ep import EP, TiedSites, cavity_projection, directions, log_Zq, pairwi
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP
 from sgpc.train import TrainSettings, fit
-from support import GaussianLikelihood
+from support import GaussianLikelihood, classification_problem
 
 torch.set_default_dtype(torch.float64)
 
@@ -53,15 +53,6 @@ def test_one_undamped_sweep_is_exact_for_a_gaussian_likelihood(alpha, at_data):
     c1_before = st.c1.clone()
     st2 = ep.update(model, st, X, y, len(X))
     torch.testing.assert_close(st2.c1, c1_before, rtol=1e-6, atol=1e-8)
-
-
-def classification_problem(N=14, C=3, M=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(N, 2, generator=g)
-    y = torch.randint(0, C, (N,), generator=g)
-    model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
-                     torch.randn(C, M, 2, generator=g))
-    return model, X, y
 
 
 def run_ep(model, X, y, sweeps=200, **kw):

@@ -8,7 +8,7 @@ from sgpc.likelihoods import RobustMax
 from sgpc.sep import SEP
 from sgpc.sparse import SparseGP
 from sgpc.train import TrainSettings, fit
-from support import GaussianLikelihood
+from support import GaussianLikelihood, classification_problem as problem
 
 torch.set_default_dtype(torch.float64)
 
@@ -37,15 +37,6 @@ def test_sep_with_one_factor_equals_ep(kind):
     torch.testing.assert_close(q2.mean, q1.mean, rtol=1e-6, atol=1e-8)
     torch.testing.assert_close(q2.cov, q1.cov, rtol=1e-6, atol=1e-8)
     torch.testing.assert_close(sep.loss(model, s_sep, X, y, 1), ep.loss(model, s_ep, X, y, 1), rtol=1e-6, atol=1e-8)
-
-
-def problem(N, C=3, M=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(N, 2, generator=g)
-    y = torch.randint(0, C, (N,), generator=g)
-    model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
-                     torch.randn(C, M, 2, generator=g))
-    return model, X, y
 
 
 def test_state_size_does_not_grow_with_N():
