@@ -171,3 +171,30 @@ def test_ep_fit_loop_improves_log_Zq():
     after = -ep.loss(model, run_ep(model, X, y, 150)[1], X, y, 30).item()
     assert after > before + 1.0, (before, after)
     assert st.skipped == 0
+
+
+@pytest.mark.parametrize("factor,alpha", [("pairwise", 1.0), ("likelihood", 0.5)])
+def test_sites_broken_by_a_kernel_change_are_shrunk_not_fatal(factor, alpha):
+    # a site with negative precision that was fine under the old kernel can make q improper under a
+    # new one (a hyper-parameter step): the next update must shrink it, count it, and go on
+    model, X, y = classification_problem(N=20)
+    ep = EP(alpha=alpha, factor=factor)
+    st = run_ep(model, X, y, 30, alpha=alpha, factor=factor)[1]
+    i = 3
+    st.c1[i] = -50.0 * st.c1[i].abs() - 50.0              # one strongly negative site ...
+    V = st.V[i].unsqueeze(1)                                # [L,1,M]
+    d1 = torch.zeros(model.n_latent, 1).index_add_(0, ep.factors(model, y).latent[i].reshape(-1),
+                                                   st.c1[i].reshape(-1, 1))
+    st.Lam = st.Lam + V.mT @ (d1[..., None] * V)           # its contribution (the old one is small beside it)
+    with pytest.raises(Exception):
+        q_state(model, TiedSites(st.Lam, st.h))             # ... that makes q improper
+    before = st.redamped
+    st2 = ep.update(model, st, X, y, len(X))
+    assert st2.redamped > before
+    q = q_state(model, TiedSites(st2.Lam, st2.h))           # proper again
+    assert torch.isfinite(q.cov).all()
+    # the stored slots and the tied product still agree (the next replacement subtracts them)
+    d1 = torch.zeros(model.n_latent, len(X)).scatter_add_(
+        0, ep.factors(model, y).latent.reshape(len(X), -1).T, st2.c1.reshape(len(X), -1).T)
+    Vt = st2.V.transpose(0, 1)
+    torch.testing.assert_close(st2.Lam, Vt.mT @ (d1[..., None] * Vt), rtol=1e-8, atol=1e-8)

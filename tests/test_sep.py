@@ -82,3 +82,17 @@ def test_sep_approaches_ep_on_a_larger_problem():
     p1 = predict_log_proba(model, EP().posterior(model, s_ep), X).exp()
     p2 = predict_log_proba(model, SEP().posterior(model, s_sep), X).exp()
     assert (p1 - p2).abs().max() < 0.1
+
+
+def test_tied_site_broken_by_a_kernel_change_is_shrunk_not_fatal():
+    model, X, y = problem(N=20)
+    sep = SEP()
+    st = sweeps(sep, model, X, y, 20)
+    L, M = st.h.shape
+    st.Lam = st.Lam - 100.0 * torch.eye(M).expand(L, M, M)     # improper under the current kernel
+    with pytest.raises(Exception):
+        sep.posterior(model, st)
+    st2 = sep.update(model, st, X, y, len(X))
+    assert st2.redamped > st.redamped
+    q = sep.posterior(model, st2)
+    assert torch.isfinite(q.cov).all()

@@ -137,6 +137,11 @@ class QState:
     cov: torch.Tensor
 
 
+def _is_pd(P: torch.Tensor) -> bool:
+    """Whether every matrix of the batch P [...,M,M] has a Cholesky factor."""
+    return not bool((torch.linalg.cholesky_ex(P)[1] > 0).any())
+
+
 def _whitened_precision(Lk: torch.Tensor, sites: TiedSites) -> tuple[torch.Tensor, torch.Tensor]:
     """P = I + L_KᵀΛ̃L_K [L,M,M] and b = L_Kᵀh̃ [L,M]."""
     eye = torch.eye(Lk.shape[-1], dtype=Lk.dtype, device=Lk.device)
@@ -280,6 +285,7 @@ class EPState:
     step: int = 0
     skipped: int = 0
     redamped: int = 0
+    y: torch.Tensor | None = None       # training labels [N]: the factor structure of every site
 
 
 @dataclass(frozen=True)
@@ -321,16 +327,47 @@ class EP:
         N = 0 if y is None else y.shape[0]
         F, T = (model.n_latent, 2) if self.factor == "pairwise" else (1, model.n_latent)
         z = lambda *s: torch.zeros(*s, dtype=dt, device=dev)
-        return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M))
+        labels = None if y is None else y.detach().clone()
+        return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M), y=labels)
 
     def _damping(self, step: int) -> float:
         return max(self.damping * self.decay ** step, self.min_damping)
+
+    @torch.no_grad()
+    def restore(self, model: SparseGP, state: EPState) -> EPState:
+        """Make q(u) proper again after a hyper-parameter step, shrinking the negative-precision sites.
+
+        Sites are checked for positive-definiteness against the kernel of the step they were computed
+        at; a later hyper-parameter step can change K_uu so that I + L_KᵀΛ̃L_K loses definiteness
+        when some sites have negative precision (non-log-concave factors, α < 1). Those sites are
+        then raised to a power γ = ½, ¼, … (0 at worst, which leaves a sum of positive sites: always
+        PD); each shrink counts as one re-damping in the fit history.
+        """
+        Lk = model.chol_Kuu()
+        if _is_pd(_whitened_precision(Lk, TiedSites(state.Lam, state.h))[0]) or state.y is None:
+            return state
+        L = model.n_latent
+        latent = self.factors(model, state.y).latent                        # [N,F,T]
+        neg = (state.c1 < 0).any(-1, keepdim=True)                          # [N,F,1]
+        Vt = state.V.transpose(0, 1)                                        # [L,N,M]
+        for gamma in [0.5 ** k for k in range(1, 12)] + [0.0]:
+            c1 = torch.where(neg, gamma * state.c1, state.c1)
+            c2 = torch.where(neg, gamma * state.c2, state.c2)
+            d1, d2 = per_latent(c1, latent, L), per_latent(c2, latent, L)   # [L,N]
+            Lam = Vt.mT @ (d1[..., None] * Vt)
+            h = (d2[..., None] * Vt).sum(1)
+            if _is_pd(_whitened_precision(Lk, TiedSites(Lam, h))[0]):
+                break
+        state.c1.copy_(c1)
+        state.c2.copy_(c2)
+        return replace(state, Lam=0.5 * (Lam + Lam.mT), h=h, redamped=state.redamped + 1)
 
     @torch.no_grad()
     def update(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> EPState:
         """One parallel damped EP update of the factors of the minibatch (App. E)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
+        state = self.restore(model, state)
         sites = TiedSites(state.Lam, state.h)
         q = q_state(model, sites)
         V, s = directions(model, X, q.Lk)                                # [L,B,M], [L,B]
@@ -361,7 +398,7 @@ class EP:
         # that a minibatch step costs O(B) and not a copy of every site; the returned state shares them.
         state.V[idx] = V.transpose(0, 1)
         state.c1[idx], state.c2[idx] = c1, c2
-        return EPState(Lam=Lam, h=h, c1=state.c1, c2=state.c2, V=state.V, step=state.step + 1,
+        return replace(state, Lam=Lam, h=h, step=state.step + 1,
                        skipped=state.skipped + skipped, redamped=state.redamped + redamped)
 
     def loss(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> torch.Tensor:

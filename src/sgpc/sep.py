@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions,
-                 g_difference, make_factors, per_latent, q_state, site_update)
+                 g_difference, make_factors, per_latent, q_state, site_update, _is_pd)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
-__all__ = ["SEP", "SEPState", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
+__all__ = ["SEP", "SEPState", "SEPIncrement", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
 
 
 def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
@@ -50,6 +50,17 @@ class SEPState:
     step: int = 0
     skipped: int = 0
     redamped: int = 0
+
+
+@dataclass
+class SEPIncrement:
+    """One minibatch's contribution to the tied sites: Σ θ_new (Lam [L,M,M], h [L,M]), slots
+    updated per latent n_b [L], and counts [2] = (skipped slots, all slots) as floats."""
+
+    Lam: torch.Tensor
+    h: torch.Tensor
+    n_b: torch.Tensor
+    counts: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -77,13 +88,21 @@ class SEP:
         dt, dev = model.Z.dtype, model.Z.device
         if y is None:
             counts = torch.ones(L, dtype=dt, device=dev)
-        elif self.factor == "pairwise":      # slot_counts without building the O(N·C) factor table
-            N_l = torch.bincount(y, minlength=L).to(dt).to(dev)
-            counts = N_l * (L - 1) + (y.shape[0] - N_l)
+        elif self.factor == "pairwise":
+            counts = self.counts_from_classes(torch.bincount(y, minlength=L).to(dt).to(dev))
         else:
             counts = torch.full((L,), float(y.shape[0]), dtype=dt, device=dev)
         return SEPState(Lam=torch.zeros(L, M, M, dtype=dt, device=dev), h=torch.zeros(L, M, dtype=dt, device=dev),
                         counts=counts)
+
+    def counts_from_classes(self, N_l: torch.Tensor) -> torch.Tensor:
+        """Slot counts n_l [L] from the points per class N_l [L] (what a streamed fit knows up front).
+
+        Pairwise factors (eq. 6): N_l(C−1) + (N − N_l) — slot_counts without the O(N·C) factor table;
+        likelihood factors: N on every latent."""
+        if self.factor == "pairwise":
+            return N_l * (N_l.shape[0] - 1) + (N_l.sum() - N_l)
+        return torch.full_like(N_l, float(N_l.sum()))
 
     def _cavity_sites(self, state: SEPState) -> TiedSites:
         keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))
@@ -91,37 +110,72 @@ class SEP:
 
     @torch.no_grad()
     def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> SEPState:
-        """One parallel damped SEP update over the minibatch."""
+        """One parallel damped SEP update over the minibatch: ``apply(increment(...))``."""
+        state = self.restore(model, state)
+        return self.apply(model, state, self.increment(model, state, X, y))
+
+    @torch.no_grad()
+    def restore(self, model: SparseGP, state: SEPState) -> SEPState:
+        """Make q and the cavity proper again after a hyper-parameter step changed K_uu.
+
+        The tied site is checked for definiteness against the kernel it was updated with; if the
+        new kernel breaks it, the site is raised to the power γ = ½, ¼, … (0 at worst: q = prior),
+        counted as one re-damping.
+        """
+        Lk = model.chol_Kuu()
+
+        def proper(st):
+            P, _ = _whitened_precision(Lk, TiedSites(st.Lam, st.h))
+            Pc, _ = _whitened_precision(Lk, self._cavity_sites(st))
+            return _is_pd(P) and _is_pd(Pc)
+
+        if proper(state):
+            return state
+        for gamma in [0.5 ** k for k in range(1, 12)] + [0.0]:
+            trial = replace(state, Lam=gamma * state.Lam, h=gamma * state.h)
+            if proper(trial):
+                break
+        return replace(trial, redamped=state.redamped + 1)
+
+    @torch.no_grad()
+    def increment(self, model: SparseGP, state: SEPState, X, y) -> SEPIncrement:
+        """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
+        minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
         fac = self.factors(model, y)
         cav = q_state(model, self._cavity_sites(state))
         V, s = directions(model, X, cav.Lk)
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
-        skipped = int((fac.mask & ~ok).sum())
         c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
         c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
-        n_b = per_latent(used, fac.latent, L).sum(1)                                      # slots updated, per latent
-        frac = (n_b / state.counts.clamp_min(1.0))
-        new_Lam = V.mT @ (d1[..., None] * V)
-        new_h = (d2[..., None] * V).sum(1)
+        counts = torch.stack([(fac.mask & ~ok).sum(), fac.mask.sum()]).to(V.dtype)
+        return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(d2[..., None] * V).sum(1),
+                            n_b=per_latent(used, fac.latent, L).sum(1), counts=counts)
+
+    @torch.no_grad()
+    def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement) -> SEPState:
+        """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], halving ρ until q and the cavity stay PD."""
+        cav_Lk = model.chol_Kuu()
+        skipped, n_slots = int(inc.counts[0]), int(inc.counts[1])
+        frac = (inc.n_b / state.counts.clamp_min(1.0))
         rho = max(self.damping * self.decay ** state.step, self.min_damping)
         redamped = 0
         for _ in range(6):
-            Lam = state.Lam + rho * (new_Lam - frac[:, None, None] * state.Lam)
-            h = state.h + rho * (new_h - frac[:, None] * state.h)
+            Lam = state.Lam + rho * (inc.Lam - frac[:, None, None] * state.Lam)
+            h = state.h + rho * (inc.h - frac[:, None] * state.h)
             Lam = 0.5 * (Lam + Lam.mT)
-            P, _ = _whitened_precision(cav.Lk, TiedSites(Lam, h))
-            Pc, _ = _whitened_precision(cav.Lk, self._cavity_sites(replace(state, Lam=Lam, h=h)))
+            P, _ = _whitened_precision(cav_Lk, TiedSites(Lam, h))
+            Pc, _ = _whitened_precision(cav_Lk, self._cavity_sites(replace(state, Lam=Lam, h=h)))
             if not bool((torch.linalg.cholesky_ex(P)[1] > 0).any() or (torch.linalg.cholesky_ex(Pc)[1] > 0).any()):
                 return SEPState(Lam=Lam, h=h, counts=state.counts, step=state.step + 1,
                                 skipped=state.skipped + skipped, redamped=state.redamped + redamped)
             rho *= 0.5
             redamped += 1
-        return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
+        return replace(state, step=state.step + 1, skipped=state.skipped + n_slots,
                        redamped=state.redamped + redamped)
 
     def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
