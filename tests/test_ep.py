@@ -198,3 +198,20 @@ def test_sites_broken_by_a_kernel_change_are_shrunk_not_fatal(factor, alpha):
         0, ep.factors(model, y).latent.reshape(len(X), -1).T, st2.c1.reshape(len(X), -1).T)
     Vt = st2.V.transpose(0, 1)
     torch.testing.assert_close(st2.Lam, Vt.mT @ (d1[..., None] * Vt), rtol=1e-8, atol=1e-8)
+
+
+def test_a_site_along_a_zero_direction_contributes_nothing_to_log_Zq():
+    # k(x_i, Z) ≈ 0 (a tiny length-scale) leaves v_i = K⁻¹k_i = 0: that site's term is the limit 0, not 0/0
+    model, X, y = classification_problem(N=12)
+    ep, st = run_ep(model, X, y, 20)
+    idx = torch.arange(len(X))
+    fac = ep.factors(model, y)
+    V = st.V.clone()
+    V[2] = 0.0
+    sites = TiedSites(st.Lam, st.h)
+    c1_zero, c2_zero = st.c1.clone(), st.c2.clone()
+    c1_zero[2], c2_zero[2] = 0.0, 0.0
+    value = log_Zq(model, sites, fac, X, V.transpose(0, 1), st.c1, st.c2, 1.0, 1.0)
+    reference = log_Zq(model, sites, fac, X, V.transpose(0, 1), c1_zero, c2_zero, 1.0, 1.0)
+    assert torch.isfinite(value)
+    torch.testing.assert_close(value, reference)

@@ -263,7 +263,11 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     with torch.no_grad():
         # g(θ^{\f}) − g(θ) along the stored directions (exact rank-one removal)
         mo_c, vo_c, m_o, s_oo = cavity_projection(q, V_old, V_old, ac1, ac2, latent)
-        gdiff = (_g1(mo_c, vo_c) - _g1(m_o, s_oo)).masked_fill(c1 == 0, 0.0).sum(-1)
+        # a direction with no variance under q (k(x_i, Z) ≈ 0, e.g. a tiny length-scale) carries a
+        # site that changes nothing: its term is the limit 0, not 0/0
+        flat = (c1 == 0) | (s_oo <= torch.finfo(s_oo.dtype).tiny) | (vo_c <= torch.finfo(vo_c.dtype).tiny)
+        gdiff = torch.where(flat, 0.0, _g1(mo_c, vo_c.clamp_min(torch.finfo(vo_c.dtype).tiny))
+                            - _g1(m_o, s_oo.clamp_min(torch.finfo(s_oo.dtype).tiny))).sum(-1)
         gdiff = gdiff.masked_fill(~factors.mask, 0.0)
     local = (logZ.sum() + gdiff.sum()) / alpha
     return global_term + scale * local
