@@ -67,13 +67,6 @@ def test_unknown_names_list_the_valid_ones(iris, param, value, valid):
         GPClassifier(**{**FAST, param: value}).fit(X, y)
 
 
-@pytest.mark.parametrize("method", ["bsvm", "rmgpc"])
-def test_reserved_methods_say_not_yet_implemented(iris, method):
-    X, y = iris
-    with pytest.raises(NotImplementedError, match="not yet implemented"):
-        GPClassifier(**{**FAST, "method": method}).fit(X, y)
-
-
 def test_too_many_inducing_points_are_clamped_with_a_warning(iris):
     X, y = iris
     with pytest.warns(UserWarning, match="n_inducing=500 is larger"):

@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the checkpoint every K steps (needs --checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
     p.add_argument("--verbose", action="store_true", help="progress bar and model summary")
+    p.add_argument("--stream", action="store_true",
+                   help="stream a Parquet file in row groups instead of loading it (vi, sep, apep, arpep, rpapep; "
+                        "needs --batch-size; standardisation statistics from one streaming pass)")
+    p.add_argument("--nproc", type=int, default=1, metavar="P",
+                   help="data-parallel training in P local processes (torch.distributed, gloo; default: 1)")
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("predict", parents=[common], help="write class probabilities for a file",
@@ -242,12 +247,60 @@ def _write_csv(path: str, header, rows: np.ndarray) -> None:
 
 
 # -- subcommands --------------------------------------------------------------------------------------
+def _fit_rank(comm, est, X, y, resume):
+    """One process of ``fit --nproc``: the same fit on every rank; rank 0 returns the estimator."""
+    est.fit(X, y, resume=resume, comm=comm)
+    return est if comm.rank == 0 else None
+
+
+def _fit_maybe_parallel(est, X, y, args):
+    """``est.fit`` in this process, or in ``--nproc`` processes (``distributed.launch``)."""
+    if args.nproc < 1:
+        raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.nproc == 1:
+        return est.fit(X, y, resume=args.resume)
+    from . import distributed
+    return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume)[0]
+
+
+def _cmd_fit_stream(args) -> int:
+    """``fit --stream``: a Parquet file read row group by row group (``stream.ParquetSource``)."""
+    from . import stream
+    _require_file(args.data, "data file")
+    if not args.data.endswith((".parquet", ".pq")):
+        raise CLIError(f"--stream reads Parquet files (.parquet, .pq); got {args.data}")
+    import pyarrow.parquet as pq
+    names = pq.ParquetFile(args.data).schema_arrow.names
+    target = -1 if args.target is None else args.target
+    if isinstance(target, int):
+        if not -len(names) <= target < len(names):
+            raise CLIError(f"--target {target} is out of range for {len(names)} columns")
+        target = names[target]
+    src, st = stream.standardized(stream.ParquetSource(args.data, target=target))
+    est = GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
+                       batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
+                       random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
+                       checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
+    start = time.perf_counter()
+    est = _fit_maybe_parallel(est, src, None, args)
+    seconds = time.perf_counter() - start
+    est.save(args.output)
+    sidecar = _write_sidecar(args.output, {
+        "data": args.data, "source": "file", "seed": args.seed, "target": target, "data_dir": args.data_dir,
+        "feature_names": list(src.source.features), "mean": st.mean.tolist(), "std": st.std.tolist()})
+    print(f"fitted {est.method} streaming {args.data}: N={st.n_rows} D={src.n_features} C={len(est.classes_)}, "
+          f"{est.n_iter_} iterations in {seconds:.1f} s; wrote {args.output} and {sidecar}")
+    return 0
+
+
 def _cmd_fit(args) -> int:
     if args.checkpoint_every and not args.checkpoint:
         raise CLIError("--checkpoint-every needs --checkpoint PATH")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
     _check_writable(args.output)
+    if args.stream:
+        return _cmd_fit_stream(args)
     if _is_name(args.data):
         if args.target is not None:
             raise CLIError("--target applies to files; a named data set knows its label column")
@@ -265,7 +318,7 @@ def _cmd_fit(args) -> int:
                        random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
                        checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
     start = time.perf_counter()
-    est.fit(Xs, y, resume=args.resume)
+    est = _fit_maybe_parallel(est, Xs, y, args)
     seconds = time.perf_counter() - start
     est.save(args.output)
     sidecar = _write_sidecar(args.output, {

@@ -9,6 +9,8 @@ with ``torch.load(weights_only=True)``: loading never executes code from the fil
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import os
 import warnings
@@ -22,22 +24,39 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import kernels as K
 from .likelihoods import RobustMax
+from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
+from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict_log_proba
-from .train import TrainSettings, fit as fit_loop, _state_to_dict, _load_state
+from .train import TrainSettings, fit as fit_loop, refresh, _state_to_dict, _load_state
 from .ep import EP
 from .fitc_ep import GFITC
+from .rmgpc import RMGPC
 from .sep import APEP, SEP
 from .vi import VI
+from . import stream
 
-__all__ = ["GPClassifier", "METHODS", "RESERVED_METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
+__all__ = ["GPClassifier", "METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
 
-METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep")
-RESERVED_METHODS = ("bsvm", "rmgpc")
-LIKELIHOODS = ("robustmax",)
-KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear")
+METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc")
+STREAM_METHODS = ("vi", "sep", "apep", "arpep", "rpapep")   # state independent of N: can stream / run data-parallel
+FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids and warm starts
+LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
+ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" only
+KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear", "matern52+rbf")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _FORMAT = "sgpc-model"
 _VERSION = 1
+
+
+def _features(extractor: torch.nn.Module, X: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+    """h(X) [N,D'] as float64 numpy, in batches without gradients."""
+    with torch.no_grad():
+        out = [extractor(X[i:i + batch_size]) for i in range(0, X.shape[0], batch_size)]
+    H = torch.cat(out, 0)
+    if H.ndim != 2 or H.shape[0] != X.shape[0]:
+        raise ValueError(f"feature_extractor must map [N,D] inputs to [N,D'] features, got {tuple(H.shape)} "
+                         f"for {X.shape[0]} rows")
+    return H.detach().cpu().double().numpy()
 
 
 class ModelFileError(ValueError):
@@ -106,10 +125,29 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (free Gaussian q with the prior as one more factor, alpha eq. 10),
             "gfitc" (EP in function space on the FITC prior with the exact step likelihood, run to
             convergence before each hyper-parameter step; full batch only, use optimizer="lbfgs").
-            Reserved for later releases: "bsvm", "rmgpc".
+            "bsvm" (Bayesian SVM, multiclass-bayesian-svm §3: the Crammer–Singer hinge pseudo-likelihood,
+            ELBO eq. 12 with q(λ_n) at its optimum, inducing inputs shared by all classes; with 2 classes
+            the binary Bayesian SVM of eq. 3 with one latent function; ``likelihood`` and
+            ``shared_inducing`` are ignored; predict_proba = P(argmax f* = c)). The paper's one-vs-rest
+            baseline is ``sklearn.multiclass.OneVsRestClassifier(GPClassifier(method="bsvm"))``: each
+            2-class sub-problem is then the binary BSVM.
+            "rmgpc" (robust multi-class GPC, Hernández-Lobato et al. 2011: step likelihood plus outlier
+            indicators z_i ~ Bernoulli(ρ), ρ ~ Beta(outlier_prior_a, outlier_prior_b); EP in function space;
+            predict_proba = (1 − E[ρ]) P(argmax) + E[ρ]/C; ``epsilon`` is ignored, it is set to E[ρ]) and
+            "smgpc" (the same without indicators: step likelihood with latent Gaussian noise). Both are
+            full batch (use optimizer="lbfgs"); with n_inducing >= the number of rows the GP is the full GP
+            (FITC with Z = X, fixed: exact), otherwise FITC with n_inducing inducing points.
         alpha: the α of "pep", "apep", "arpep", "rpapep", in (0, 1] (1 = EP; → 0 approaches VI).
-        likelihood: "robustmax" (step likelihood with label-noise ε).
-        kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear".
+        likelihood: "robustmax" (step likelihood with label-noise ε; with 2 classes it keeps two latent
+            functions — the pairwise C = 2 model, a valid binary model, used by every EP-family method),
+            or the additive-noise likelihoods of Liu et al. (``method="vi"`` only): "step", "probit",
+            "logit" (GPC-I/II/III: Gaussian noise of variance a = 0, 1, 2.897 on an internal robust step,
+            analytic ELBO eqs. 8/18) and "softmax" (GPCsm, analytic bound eq. 25). With 2 classes these
+            use their binary form with ONE latent function (eqs. 5, 8, 9; softmax: the logistic
+            likelihood on f = f_1 − f_0).
+        kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
+            "matern52+rbf" (sum; additive-noise-gpc Table V: the RBF term starts at 10× the Matérn
+            length-scale, App. D's 0.1√D and √D when init_lengthscale = 0.1√D).
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
         inducing_init: "kmeans" or "random" (a random subset of training rows).
         learn_inducing: optimise the inducing inputs.
@@ -127,9 +165,34 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         verbose: 0 silent, 1 progress bar and a summary.
         eval_every: steps between evaluations of the validation data passed to ``fit``.
         checkpoint_path, checkpoint_every: resumable checkpoints every K steps; ``fit(..., resume=True)`` continues.
+        feature_extractor: optional ``torch.nn.Module`` mapping X [N,D] to features [N,D'] (hybrid model,
+            multiclass-bayesian-svm §3.4; free-Gaussian methods "vi", "arpep", "rpapep", "bsvm"). ``fit``
+            trains a copy jointly with the GP by backpropagation (the argument itself is not modified);
+            inducing inputs live in feature space, initialised by k-means on the features of the initial
+            extractor. ``save`` stores its weights; ``load(path, feature_extractor=module)`` needs a module
+            of the same architecture to load them into. It is converted to ``dtype``. End it with bounded
+            features (e.g. ``nn.LayerNorm(D', elementwise_affine=False)``): unbounded features can leave the
+            kernel's length-scales within a few steps, and the GP then collapses to its prior.
+        noise_variance: a of "step"/"probit"/"logit" (None = 0, 1, 2.897 respectively); a user-given
+            a ≥ 0 replaces it (a = 0 is exact, not approximated). Only for these three likelihoods.
+        delta: initial robustness δ of "step"/"probit"/"logit" (eqs. 5, 15), in (0, (C−1)/C);
+            learn_delta: optimise δ with the hyper-parameters (default, §IV-B-1) or keep it fixed.
+        n_samples_predict: points S of the "softmax" prediction (eq. 26); softmax_predict: "qmc"
+            (scrambled Sobol points with a fixed seed, deterministic; default) or "mc" (seeded Monte
+            Carlo, the paper's estimate). With 2 classes the softmax prediction is a 1-D Gauss–Hermite
+            integral and these are unused.
+        init_lengthscale: initial kernel length-scale (a number, all dimensions); None = √D × the
+            standard deviation of each feature. init_variance: initial kernel amplitude σ²
+            (additive-noise-gpc App. D: 0.1√D and 5.0).
+        warm_start: when the estimator was fitted before with the same number of classes (and features),
+            ``fit`` continues from the previous hyper-parameters, inducing inputs, feature extractor and q
+            instead of re-initialising them (free-Gaussian methods; used by active learning).
+        outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
+            (default Beta(1, 9): prior mean 0.1).
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
-    posterior_ (InducingPosterior), history_ (dict), n_iter_.
+    posterior_ (InducingPosterior), history_ (dict), n_iter_; for "rmgpc"/"smgpc" also outlier_proba_
+    [N] (posterior probability that each training label is an outlier, σ(q_i); zeros for "smgpc").
     """
 
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
@@ -140,7 +203,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  learning_rate: float = 0.01, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
                  device: str = "cpu", verbose: int = 0, eval_every: int = 50, checkpoint_path: str | None = None,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: int = 0, feature_extractor: torch.nn.Module | None = None,
+                 warm_start: bool = False, outlier_prior_a: float = 1.0, outlier_prior_b: float = 9.0,
+                 noise_variance: float | None = None, delta: float = 1e-3, learn_delta: bool = True,
+                 n_samples_predict: int = 1024, softmax_predict: str = "qmc", init_lengthscale: float | None = None,
+                 init_variance: float = 1.0):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
@@ -166,28 +233,76 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.eval_every = eval_every
         self.checkpoint_path = checkpoint_path
         self.checkpoint_every = checkpoint_every
+        self.feature_extractor = feature_extractor
+        self.warm_start = warm_start
+        self.outlier_prior_a = outlier_prior_a
+        self.outlier_prior_b = outlier_prior_b
+        self.noise_variance = noise_variance
+        self.delta = delta
+        self.learn_delta = learn_delta
+        self.n_samples_predict = n_samples_predict
+        self.softmax_predict = softmax_predict
+        self.init_lengthscale = init_lengthscale
+        self.init_variance = init_variance
 
     # -- strings -> objects ------------------------------------------------------------------------
     def _check_options(self) -> None:
-        if self.method in RESERVED_METHODS:
-            raise NotImplementedError(f"method={self.method!r} is not yet implemented; available now: "
-                                      f"{', '.join(map(repr, METHODS))}")
-        _choice("method", self.method, METHODS + RESERVED_METHODS)
+        _choice("method", self.method, METHODS)
         _choice("likelihood", self.likelihood, LIKELIHOODS)
         _choice("kernel", self.kernel, KERNELS)
         _choice("dtype", self.dtype, tuple(DTYPES))
         _choice("inducing_init", self.inducing_init, ("kmeans", "random"))
-        if self.method == "gfitc" and self.batch_size is not None:
-            raise ValueError("method='gfitc' runs EP to convergence on the whole data set: use batch_size=None")
+        if self.method in ("gfitc", "rmgpc", "smgpc") and self.batch_size is not None:
+            raise ValueError(f"method={self.method!r} runs EP to convergence on the whole data set: use batch_size=None")
+        if self.method in ("rmgpc", "smgpc"):
+            if self.learn_epsilon:
+                raise ValueError(f"method={self.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
+            for name in ("outlier_prior_a", "outlier_prior_b"):
+                v = getattr(self, name)
+                if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
+                    raise ValueError(f"{name} must be a finite number > 0 (Beta prior of rho), got {v!r}")
         if not (isinstance(self.n_inducing, (int, np.integer)) and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
+        if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
+            raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(self.feature_extractor).__name__}")
+        if (self.feature_extractor is not None or self.warm_start) and self.method not in FREE_GAUSSIAN_METHODS:
+            raise ValueError(f"feature_extractor and warm_start need a free-Gaussian method "
+                             f"({', '.join(map(repr, FREE_GAUSSIAN_METHODS))}), got method={self.method!r}")
+        self._check_additive_options()
+
+    def _check_additive_options(self) -> None:
+        if self.likelihood in ADDITIVE_LIKELIHOODS and self.method != "vi":
+            raise ValueError(f"likelihood={self.likelihood!r} has an analytic ELBO for method='vi' only; "
+                             f"got method={self.method!r} (EP-family methods use likelihood='robustmax')")
+        if self.noise_variance is not None:
+            if self.likelihood not in ("step", "probit", "logit"):
+                raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
+                                 f"not {self.likelihood!r}")
+            if not (isinstance(self.noise_variance, (int, float)) and math.isfinite(self.noise_variance)
+                    and self.noise_variance >= 0):
+                raise ValueError(f"noise_variance must be a finite number >= 0, got {self.noise_variance!r}")
+        if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if not (isinstance(self.n_samples_predict, (int, np.integer)) and self.n_samples_predict >= 1):
+            raise ValueError(f"n_samples_predict must be a positive integer, got {self.n_samples_predict!r}")
+        _choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
+        if self.init_lengthscale is not None and not (isinstance(self.init_lengthscale, (int, float))
+                                                      and self.init_lengthscale > 0):
+            raise ValueError(f"init_lengthscale must be a positive number or None, got {self.init_lengthscale!r}")
+        if not (isinstance(self.init_variance, (int, float)) and self.init_variance > 0):
+            raise ValueError(f"init_variance must be a positive number, got {self.init_variance!r}")
 
     def _torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
     def _make_kernel(self, D: int, L: int, lengthscale) -> torch.nn.Module:
+        if self.init_lengthscale is not None:
+            lengthscale = float(self.init_lengthscale)
         kw = dict(shared=self.shared_kernel, lengthscale=lengthscale, noise=self.latent_noise,
-                  dtype=self._torch_dtype())
+                  variance=float(self.init_variance), dtype=self._torch_dtype())
+        if self.kernel == "matern52+rbf":   # additive-noise-gpc Table V / App. D; one latent-noise term
+            rbf_ls = None if lengthscale is None else 10.0 * torch.as_tensor(lengthscale, dtype=torch.float64)
+            return K.Sum(K.Matern(D, L, nu=2.5, **kw), K.RBF(D, L, **{**kw, "lengthscale": rbf_ls, "noise": None}))
         if self.kernel == "rbf":
             return K.RBF(D, L, **kw)
         if self.kernel == "linear":
@@ -195,6 +310,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return K.Matern(D, L, nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[self.kernel], **kw)
 
     def _make_likelihood(self, C: int) -> torch.nn.Module:
+        if self.method == "bsvm":
+            return BinaryHinge() if C == 2 else MulticlassHinge(C)
+        if self.likelihood == "softmax":
+            if C == 2:
+                return BinarySoftmax()
+            return Softmax(C, n_samples_predict=int(self.n_samples_predict), predict_rule=self.softmax_predict)
+        if self.likelihood in NOISE_VARIANCE:
+            a = NOISE_VARIANCE[self.likelihood] if self.noise_variance is None else float(self.noise_variance)
+            if C == 2:
+                return BinaryAdditiveGaussian(a, self.delta, learn_delta=self.learn_delta)
+            return AdditiveGaussian(C, a, self.delta, learn_delta=self.learn_delta)
         return RobustMax(C, epsilon=self.epsilon, learn_epsilon=self.learn_epsilon)
 
     def _make_engine(self):
@@ -204,6 +330,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return SEP(damping=self.damping)
         if self.method == "gfitc":
             return GFITC(damping=self.damping)
+        if self.method in ("rmgpc", "smgpc"):
+            return RMGPC(damping=self.damping, outliers=self.method == "rmgpc",
+                         prior_a=float(self.outlier_prior_a), prior_b=float(self.outlier_prior_b))
         if self.method == "pep":
             return EP(alpha=self.alpha, factor="likelihood", damping=self.damping)
         if self.method == "apep":
@@ -214,18 +343,30 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return VI(alpha=self.alpha, objective="rpapep")
         return VI()
 
-    def _build(self, D: int, C: int, Z: np.ndarray, lengthscale) -> SparseGP:
+    def _build(self, D: int, C: int, Z: np.ndarray, lengthscale, extractor=None) -> SparseGP:
         lik = self._make_likelihood(C)
         kern = self._make_kernel(D, lik.n_latent, lengthscale)
         Zt = torch.as_tensor(Z, dtype=self._torch_dtype())
-        if not self.shared_inducing:
+        if not (self.shared_inducing or self.method == "bsvm"):   # bsvm: Z shared by all classes (§3.3)
             Zt = Zt.expand(lik.n_latent, *Zt.shape).clone()
-        model = SparseGP(kern, lik, Zt, learn_inducing=self.learn_inducing)
+        model = SparseGP(kern, lik, Zt, learn_inducing=self.learn_inducing, feature_extractor=extractor)
         return model.to(device=self.device, dtype=self._torch_dtype())
 
     # -- validation ----------------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool) -> np.ndarray:
         return _validated(self, X, reset=reset)
+
+    def _copy_extractor(self) -> torch.nn.Module | None:
+        """A private copy of ``feature_extractor`` in the estimator's dtype/device (None without one)."""
+        if self.feature_extractor is None:
+            return None
+        return copy.deepcopy(self.feature_extractor).to(device=self.device, dtype=self._torch_dtype())
+
+    def _warm(self, D: int, C: int) -> bool:
+        """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model)."""
+        if not (self.warm_start and hasattr(self, "state_") and self.model_.likelihood.n_classes == C):
+            return False
+        return self.model_.feature_extractor is not None or self.model_.kernel.input_dim == D
 
     def _tensor(self, A: np.ndarray) -> torch.Tensor:
         A = np.asarray(A)
@@ -234,16 +375,23 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return torch.as_tensor(A, dtype=self._torch_dtype(), device=self.device)
 
     # -- the estimator API ---------------------------------------------------------------------------
-    def fit(self, X, y, *, X_val=None, y_val=None, resume: bool = False):
+    def fit(self, X, y=None, *, X_val=None, y_val=None, resume: bool = False, comm=None):
         """Fit the classifier.
 
         Args:
             X: [N,D] numeric array-like; y: [N] labels (ints or strings), at least two classes.
+                Out of core: X a ``stream`` source (``ParquetSource``, ``NpySource``, …) with y None,
+                a .parquet path (y: the label column's name, default the last column) or an [N,D]
+                .npy path (y: the labels' .npy path or array) — see ``_fit_stream``.
             X_val, y_val: optional validation data; its error and NLL go into ``history_``.
             resume: continue from ``checkpoint_path`` when that file exists.
+            comm: a ``distributed.Communicator`` for data-parallel training (every rank calls fit
+                with the same data and random_state; rank 0 writes checkpoints).
         Returns: self.
         """
         self._check_options()
+        if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
+            return self._fit_stream(self._as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
         X, y = _validated(self, X, y, reset=True)
@@ -260,13 +408,26 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2 ** 31 - 1))
         generator = torch.Generator().manual_seed(seed)
-        std = X.std(0)
-        lengthscale = math.sqrt(D) * np.where(std > 0, std, 1.0)
-        Z = init_inducing(X, M, self.inducing_init, seed=seed)
-        self.model_ = self._build(D, len(self.classes_), Z, lengthscale)
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
-        state = engine.init(self.model_, Xt, yt, generator)
+        warm = self._warm(D, len(self.classes_))
+        if not warm:
+            extractor = self._copy_extractor()
+            # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
+            H = X if extractor is None else _features(extractor, Xt)
+            # hybrid: the spread of the initial features says little about the trained ones (a random CNN maps
+            # all images close together): scale by each feature's root mean square instead
+            std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
+            # a column that is constant up to rounding (std ~1e-16 after standardisation) gets ℓ = √D,
+            # not ℓ ≈ 0, which would put every other input infinitely far from Z
+            constant = std <= 1e-8 * np.maximum(1.0, np.abs(H).max(0))
+            lengthscale = math.sqrt(H.shape[1]) * np.where(constant, 1.0, std)
+            full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
+            Z = X.copy() if full_gp else init_inducing(H, M, self.inducing_init, seed=seed)
+            self.model_ = self._build(H.shape[1], len(self.classes_), Z, lengthscale, extractor)
+            if full_gp:
+                self.model_.Z.requires_grad_(False)
+        state = self.state_ if warm else engine.init(self.model_, Xt, yt, generator)
         settings = TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
                                  n_epochs=self.n_epochs, batch_size=self.batch_size,
                                  checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
@@ -281,12 +442,98 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 return {"error": float((lp.argmax(1) != yv).double().mean()),
                         "nll": float(-lp.gather(1, yv[:, None]).mean())}
         if self.verbose:
-            print(f"sgpc: {self.method} with {self.likelihood} likelihood, {len(self.classes_)} classes "
-                  f"({self.model_.n_latent} latent functions), N={N}, D={D}, M={M}")
+            print(f"sgpc: {self.method} with {'hinge' if self.method == 'bsvm' else self.likelihood} likelihood, {len(self.classes_)} classes "
+                  f"({self.model_.n_latent} latent functions"
+                  f"{'; binary form' if self.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, Xt, yt, settings, generator=generator,
-                                        validate=validate, resume=resume)
+                                        validate=validate, resume=resume, comm=comm)
         # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
-        self.state_ = engine.update(self.model_, self.state_, Xt, yt, N, torch.arange(N, device=Xt.device))
+        self.state_ = refresh(self.model_, engine, self.state_, Xt, yt, comm=comm)
+        self.posterior_ = engine.posterior(self.model_, self.state_)
+        if self.method in ("rmgpc", "smgpc"):
+            self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)
+        self.history_ = history.as_dict()
+        self.n_iter_ = len(history.iteration)
+        return self
+
+    @staticmethod
+    def _as_source(X, y=None, *, labelled: bool = True):
+        """A ``stream`` source from a source, a .parquet path or a .npy path (see ``fit``)."""
+        if stream.is_source(X):
+            if y is not None:
+                raise ValueError("a stream source carries its labels: pass y=None")
+            return X
+        path = os.fspath(X)
+        if path.endswith((".parquet", ".pq")):
+            if y is None and labelled:
+                import pyarrow.parquet as pq
+                y = pq.ParquetFile(path).schema_arrow.names[-1]
+            if y is not None and not isinstance(y, str):
+                raise ValueError(f"for a Parquet file, y is the label column's name, got {type(y).__name__}")
+            return stream.ParquetSource(path, target=y)
+        if path.endswith(".npy"):
+            if y is None and labelled:
+                raise ValueError(f"{path}: pass the labels as y (a .npy path or an array)")
+            return stream.NpySource(path, y)
+        raise ValueError(f"{path}: streaming reads .parquet/.pq and .npy files; load other formats with "
+                         "sgpc.datasets.load_file")
+
+    def _fit_stream(self, source, *, X_val=None, y_val=None, resume: bool = False, comm=None):
+        """Fit from a source without loading it (methods in ``STREAM_METHODS``, minibatches only).
+
+        One streaming pass (``stream.statistics``) gives N, the classes and their counts (SEP's slot
+        counts), the features' standard deviations (the length-scale initialisation, as for arrays)
+        and a uniform sample of 20 000 rows for the k-means inducing initialisation. Features are used
+        as the source gives them, as for arrays: standardise with ``stream.standardized(source)``.
+        Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
+        are not refreshed by a final full-data update (that would be one more pass over the data).
+        """
+        if self.method not in STREAM_METHODS:
+            raise ValueError(f"method={self.method!r} keeps per-point state and needs the data in memory; "
+                             f"streaming supports {', '.join(map(repr, STREAM_METHODS))}")
+        if self.batch_size is None:
+            raise ValueError("streaming from a file or source needs minibatches: set batch_size")
+        if getattr(self, "feature_extractor", None) is not None:
+            raise ValueError("streaming does not support a feature_extractor; fit it on arrays")
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(0, 2 ** 31 - 1))
+        generator = torch.Generator().manual_seed(seed)
+        st = stream.statistics(source, sample_size=20000, seed=seed)
+        if st.classes is None:
+            raise ValueError("the source has no labels (target=None); fitting needs them")
+        if len(st.classes) < 2:
+            raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
+        self.classes_, self.n_features_in_ = st.classes, source.n_features
+        N, D = st.n_rows, source.n_features
+        M = int(self.n_inducing)
+        if M > N:
+            warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
+                          UserWarning, stacklevel=3)
+            M = N
+        Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), self.inducing_init, seed=seed)
+        self.model_ = self._build(D, len(self.classes_), Z, math.sqrt(D) * st.std)
+        engine = self._make_engine()
+        state = engine.init(self.model_, None, None, generator)
+        if hasattr(engine, "counts_from_classes"):       # SEP's slot counts n_l from the class counts
+            counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
+            state = dataclasses.replace(state, counts=engine.counts_from_classes(counts))
+        settings = TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
+                                 n_epochs=self.n_epochs, batch_size=self.batch_size,
+                                 checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
+                                 eval_every=self.eval_every, progress=bool(self.verbose))
+        validate = None
+        if X_val is not None:
+            Xv = self._tensor(self._validate_X(X_val, reset=False))
+            yv = torch.as_tensor(self._encode(y_val), device=self.device)
+
+            def validate(model, s):
+                lp = predict_log_proba(model, engine.posterior(model, s), Xv)
+                return {"error": float((lp.argmax(1) != yv).double().mean()),
+                        "nll": float(-lp.gather(1, yv[:, None]).mean())}
+        if self.verbose:
+            print(f"sgpc: {self.method} streamed, {len(self.classes_)} classes, N={N}, D={D}, M={M}")
+        self.state_, history = fit_loop(self.model_, engine, state, stream.LabelEncoded(source, self.classes_), None,
+                                        settings, generator=generator, validate=validate, resume=resume, comm=comm)
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
@@ -305,6 +552,20 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def predict_log_proba(self, X) -> np.ndarray:
         """log p(y = c | x) for each row and class (columns ordered as ``classes_``): [N,C]."""
         check_is_fitted(self, "posterior_")
+        if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
+            # streamed: one block of rows at a time; memory is the output [N,C] plus one block
+            source = self._as_source(X, labelled=False)
+            if source.n_features != self.n_features_in_:
+                raise ValueError(f"the source has {source.n_features} feature columns, the model {self.n_features_in_}; "
+                                 "for a file with a label column pass stream.ParquetSource(path, target=...)")
+            out = np.empty((source.n_rows, len(self.classes_)))
+            row = 0
+            for Xb, _ in stream.iter_rows(source):
+                _check_finite(Xb)
+                lp = predict_log_proba(self.model_, self.posterior_, self._tensor(Xb))
+                out[row:row + len(Xb)] = lp.cpu().numpy()
+                row += len(Xb)
+            return out
         X = self._validate_X(X, reset=False)
         lp = predict_log_proba(self.model_, self.posterior_, self._tensor(X))
         return lp.cpu().numpy().astype(np.float64)
@@ -320,12 +581,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     # -- persistence -----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        """Write the fitted model to ``path`` (plain tensors and values; see ``load``)."""
+        """Write the fitted model to ``path`` (plain tensors and values; see ``load``).
+
+        A feature extractor is stored as its weights only (inside the model's state dict): ``load``
+        needs a module of the same architecture.
+        """
         check_is_fitted(self, "posterior_")
         classes = self.classes_
         payload = {
             "format": _FORMAT, "version": _VERSION,
-            "params": {k: v for k, v in self.get_params().items()},
+            "params": {k: v for k, v in self.get_params().items() if k != "feature_extractor"},
+            "has_feature_extractor": self.model_.feature_extractor is not None,
             "classes": classes.tolist(), "classes_dtype": classes.dtype.str,
             "n_features_in": int(self.n_features_in_),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
@@ -344,8 +610,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         os.replace(tmp, os.fspath(path))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "GPClassifier":
-        """Read a model written by ``save``. Never executes code from the file (``weights_only=True``)."""
+    def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None) -> "GPClassifier":
+        """Read a model written by ``save``. Never executes code from the file (``weights_only=True``).
+
+        Args:
+            path: the file. feature_extractor: for a hybrid model, a module of the architecture it was
+                fitted with (its weights are replaced by the saved ones; the argument is not modified).
+        """
         try:
             d = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
         except FileNotFoundError:
@@ -356,21 +627,27 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ModelFileError(f"{path} is not an sgpc model file")
         if d.get("version") != _VERSION:
             raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {_VERSION}")
+        if bool(d.get("has_feature_extractor", False)) != (feature_extractor is not None):
+            raise ValueError(f"{path} was saved " + ("with a feature extractor: pass a module of the same architecture, "
+                             "GPClassifier.load(path, feature_extractor=module)" if d.get("has_feature_extractor")
+                             else "without a feature extractor: call GPClassifier.load(path) without one"))
         try:
-            est = cls(**d["params"])
+            est = cls(**d["params"], feature_extractor=feature_extractor)
             est._check_options()
             est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))
             est.n_features_in_ = d["n_features_in"]
             if "feature_names_in" in d:
                 est.feature_names_in_ = np.asarray(d["feature_names_in"], dtype=object)
             Zshape = d["model"]["Z"].shape
-            D, C = est.n_features_in_, len(est.classes_)
+            D, C = Zshape[-1], len(est.classes_)   # the kernel's input dimension (features for a hybrid)
             Z = np.zeros(tuple(Zshape[-2:]))
-            est.model_ = est._build(D, C, Z, lengthscale=None)
+            est.model_ = est._build(D, C, Z, lengthscale=None, extractor=est._copy_extractor())
             est.model_.load_state_dict({k: v.to(est.device) for k, v in d["model"].items()})
             engine = est._make_engine()
             state = engine.init(est.model_, None, None, torch.Generator())
             est.state_ = _load_state(state, d["state"])
+            if est.method in ("rmgpc", "smgpc"):
+                est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
             est.posterior_ = InducingPosterior(mean=d["posterior"]["mean"].to(est.device, est._torch_dtype()),
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))
             est.history_ = d["history"]

@@ -48,7 +48,7 @@ from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["PairSites", "FITCPrior", "fitc_prior", "zero_sites", "factor_mask", "site_totals",
            "posterior_marginals", "cavities", "step_log_Z", "tilted_pair_moments", "site_log_normalizers",
-           "SweepResult", "ep_sweep", "EPReport", "run_ep", "log_evidence", "inducing_posterior",
+           "SweepResult", "ep_sweep", "EPReport", "reset_invalid", "run_ep", "log_evidence", "inducing_posterior",
            "GFITC", "GFITCState"]
 
 LogFactor = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -321,6 +321,26 @@ class EPReport:
 
 
 @torch.no_grad()
+def reset_invalid(prior: FITCPrior, y: torch.Tensor, sites: PairSites):
+    """Warm-start guard: zero the sites of every latent whose posterior under ``prior`` is invalid.
+
+    A latent is invalid when its posterior is not PD or a site side has a non-positive cavity
+    variance (e.g. negative site precisions after a hyper-parameter step).
+
+    Returns:
+        (sites, mean [N,C], var [N,C], n_reset) with the posterior marginals under the returned sites.
+    """
+    mean, var, _, _, ok = _posterior(prior, *site_totals(y, sites))
+    ok = _latent_validity(y, sites, mean, var, ok)
+    n_reset = int((~ok).sum())
+    if n_reset:
+        keep_y, keep_k = ok[y][:, None].to(var.dtype), ok[None, :].to(var.dtype)
+        sites = PairSites(sites.tau_y * keep_y, sites.nu_y * keep_y, sites.tau_k * keep_k, sites.nu_k * keep_k)
+        mean, var = posterior_marginals(prior, *site_totals(y, sites))
+    return sites, mean, var, n_reset
+
+
+@torch.no_grad()
 def run_ep(prior: FITCPrior, y: torch.Tensor, sites: PairSites, *, damping: float = 0.5, tol: float = 1e-4,
            max_sweeps: int = 100, log_factor: LogFactor = step_log_Z):
     """Parallel EP sweeps from ``sites`` until every site parameter changes by less than ``tol`` (relative).
@@ -333,14 +353,7 @@ def run_ep(prior: FITCPrior, y: torch.Tensor, sites: PairSites, *, damping: floa
     Returns:
         (sites, mean [N,C], var [N,C], ``EPReport``) with the posterior marginals under the final sites.
     """
-    C = sites.tau_y.shape[1]
-    mean, var, _, _, ok = _posterior(prior, *site_totals(y, sites))
-    ok = _latent_validity(y, sites, mean, var, ok)
-    n_reset = int((~ok).sum())
-    if n_reset:
-        keep_y, keep_k = ok[y][:, None].to(var.dtype), ok[None, :].to(var.dtype)
-        sites = PairSites(sites.tau_y * keep_y, sites.nu_y * keep_y, sites.tau_k * keep_k, sites.nu_k * keep_k)
-        mean, var = posterior_marginals(prior, *site_totals(y, sites))
+    sites, mean, var, n_reset = reset_invalid(prior, y, sites)
     n_skipped = n_redamped = n_sweeps = 0
     converged, max_change = False, math.inf
     for n_sweeps in range(1, max_sweeps + 1):

@@ -72,10 +72,14 @@ class SparseGP(nn.Module):
         likelihood: a ``likelihoods.Likelihood`` with the same L.
         inducing_inputs: [M,D] (shared by the latent functions) or [L,M,D] (one set per latent).
         learn_inducing: optimise Z with the other hyper-parameters.
+        feature_extractor: optional ``nn.Module`` h mapping inputs [N,D_in] to features [N,D]
+            (hybrid model, multiclass-bayesian-svm §3.4): the kernel acts on h(X), Z lives in feature
+            space, and h's parameters are among this module's parameters, so the fit loop trains
+            them jointly with the GP by backpropagation.
     """
 
     def __init__(self, kernel: nn.Module, likelihood: nn.Module, inducing_inputs: torch.Tensor, *,
-                 learn_inducing: bool = True):
+                 learn_inducing: bool = True, feature_extractor: nn.Module | None = None):
         super().__init__()
         if kernel.n_latent != likelihood.n_latent:
             raise ValueError(f"kernel has {kernel.n_latent} latent functions, likelihood needs {likelihood.n_latent}")
@@ -85,6 +89,7 @@ class SparseGP(nn.Module):
                              f"got {tuple(Z.shape)}")
         self.kernel = kernel
         self.likelihood = likelihood
+        self.feature_extractor = feature_extractor
         if learn_inducing:
             self.Z = nn.Parameter(Z.clone())
         else:
@@ -109,9 +114,10 @@ class SparseGP(nn.Module):
         return cholesky(self.Kuu(), what="K_uu")
 
     def projection(self, X: torch.Tensor, chol_Kuu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N]."""
-        Kuf = self.kernel(self.Z, X)
-        return solve_lower(chol_Kuu, Kuf), self.kernel.diag(X)
+        """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N] (of h(X) for a hybrid model)."""
+        H = X if self.feature_extractor is None else self.feature_extractor(X)
+        Kuf = self.kernel(self.Z, H)
+        return solve_lower(chol_Kuu, Kuf), self.kernel.diag(H)
 
 
 def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tensor, X: torch.Tensor,

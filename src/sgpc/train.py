@@ -4,11 +4,16 @@ An engine (``vi.VI`` and the EP-family engines) provides ``init``, ``update`` (c
 step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|; both
 receive the minibatch rows X, y, the data-set size N and the rows' indices ``idx`` into the data set),
 ``posterior`` and ``trainable``. This module owns what is common: minibatch order from one
-``torch.Generator``, the optimiser (Adam, or L-BFGS for full-batch fits), a history of the
+``torch.Generator`` (index minibatches of in-memory tensors, or block-shuffled minibatches streamed
+from a ``stream`` source, for engines whose state does not grow with N), the optimiser (Adam, or L-BFGS for full-batch fits), a history of the
 objective/time/validation metrics, a progress bar (tqdm), and checkpoints that can be resumed.
 
 The optimiser minimises loss / N (per-datum scale, so learning rates and L-BFGS tolerances do
 not depend on N); the history records the objective itself (= −loss).
+
+Data-parallel training (``comm``, a ``distributed.Communicator``): every rank draws the same global
+minibatch from the same generator and processes its shard; the engine's closed-form step and the
+gradients are all-reduced (see ``distributed``), so every rank takes the same optimiser step.
 
 Checkpoints are plain dictionaries of tensors, numbers and strings written with ``torch.save``
 and read back with ``torch.load(weights_only=True)``: loading one never executes code.
@@ -27,7 +32,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "save_checkpoint", "load_checkpoint", "CheckpointError"]
+__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 OPTIMIZERS = ("adam", "lbfgs", "adaptive")
 
@@ -193,23 +198,89 @@ def _batches(n: int, batch_size: int | None, generator: torch.Generator):
             yield perm[start:start + batch_size]
 
 
-def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, settings: TrainSettings, *,
+class _IndexStream:
+    """In-memory minibatches: rows of X, y at the indices of ``_batches``."""
+
+    def __init__(self, X, y, batch_size, generator):
+        self.X, self.y, self._idx = X, y, _batches(X.shape[0], batch_size, generator)
+
+    def __next__(self):
+        idx = next(self._idx)
+        return self.X[idx], self.y[idx], idx
+
+
+class _SourceStream:
+    """Streamed minibatches of a source, as tensors of the model's dtype/device (indices: None)."""
+
+    def __init__(self, source, batch_size, generator, like: torch.Tensor, buffer_blocks: int):
+        from .stream import Minibatches
+        self.batches = Minibatches(source, batch_size, generator, buffer_blocks)
+        self.like = like
+
+    def __next__(self):
+        Xb, yb = next(self.batches)
+        return (torch.as_tensor(Xb, dtype=self.like.dtype, device=self.like.device),
+                torch.as_tensor(yb, dtype=torch.long, device=self.like.device), None)
+
+
+def refresh(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, comm=None, chunk: int = 4096):
+    """One closed-form update of the engine over all rows of X [N,D], y [N] (the sites' final refresh).
+
+    An engine with additive minibatch increments (``SEP.increment``/``apply``) sums them over chunks
+    of ``chunk`` rows (over this rank's shard and then over ranks with ``comm``) and takes one step:
+    the same update as on the whole data at once, in memory O(chunk·L·M) instead of O(N·L·M).
+    Other engines get ``engine.update`` on all rows (or ``comm.update`` on this rank's shard).
+    """
+    N = X.shape[0]
+    idx = torch.arange(N, device=X.device)
+    if comm is not None:
+        X, y, idx, _ = comm.shard(X, y, idx)
+    if not hasattr(engine, "increment"):
+        return engine.update(model, state, X, y, N, idx) if comm is None else \
+            comm.update(engine, model, state, X, y, N, idx)
+    total = None
+    for a in range(0, X.shape[0], chunk):
+        inc = engine.increment(model, state, X[a:a + chunk], y[a:a + chunk])
+        total = inc if total is None else dataclasses.replace(
+            total, **{f.name: getattr(total, f.name) + getattr(inc, f.name) for f in dataclasses.fields(inc)})
+    if comm is not None:
+        for f in dataclasses.fields(total):
+            comm.all_reduce(getattr(total, f.name))
+    return engine.apply(model, state, total)
+
+
+def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
-        resume: bool = False, callback: Callable[[int, float], None] | None = None):
+        resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
+        buffer_blocks: int = 4):
     """Optimise the engine's objective over the model's hyper-parameters and the engine state.
 
     Args:
         model: the ``SparseGP``; engine/state: an engine and its ``init`` state.
-        X [N,D], y [N] (int64): training data on the model's device and dtype.
+        X [N,D], y [N] (int64): training data on the model's device and dtype; or X a ``stream``
+            source with labels already encoded as 0 … C−1 (``stream.LabelEncoded``) and y None:
+            minibatches are streamed (needs ``settings.batch_size``; the engine must not keep
+            per-point state — vi, sep, apep, arpep, rpapep; engines get ``idx=None``).
         settings: ``TrainSettings``.
         generator: the only source of randomness (minibatch order).
         validate: optional ``f(model, state) -> {metric: value}`` run every ``eval_every`` steps.
         resume: continue from ``settings.checkpoint_path`` if it exists.
         callback: optional ``f(step, objective)`` after each step.
+        comm: a ``distributed.Communicator`` for data-parallel training, or None.
+        buffer_blocks: blocks shuffled together when streaming (``stream.Minibatches``).
     Returns:
         (state, History).
     """
-    N = X.shape[0]
+    streaming = y is None
+    if streaming:
+        from .stream import is_source
+        if not is_source(X):
+            raise TypeError(f"fit needs tensors X, y or a stream source with y=None, got {type(X).__name__}")
+        if settings.batch_size is None:
+            raise ValueError("streaming from a source needs minibatches: set batch_size")
+        N = X.n_rows
+    else:
+        N = X.shape[0]
     n_steps = settings.n_steps(N)
     params = engine.trainable(model, state)
     if settings.optimizer == "adam":
@@ -231,7 +302,14 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
         generator.set_state(ck["generator"])
         history = History(**ck["history"])
         start = int(ck["iteration"])
-    batches = _batches(N, settings.batch_size, generator)
+    if streaming:
+        batches = _SourceStream(X, settings.batch_size, generator, model.Z, buffer_blocks)
+        if start:
+            if "stream" not in ck:
+                raise CheckpointError(f"checkpoint {settings.checkpoint_path} was not written by a streamed fit")
+            batches.batches.load_state_dict(ck["stream"])
+    else:
+        batches = _IndexStream(X, y, settings.batch_size, generator)
     t0 = time.perf_counter() - (history.time[-1] if history.time else 0.0)
     bar = None
     if settings.progress:
@@ -240,15 +318,23 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
                    dynamic_ncols=True, leave=True)
 
     for step in range(start, n_steps):
-        idx = next(batches)
-        Xb, yb = X[idx], y[idx]
-        state = engine.update(model, state, Xb, yb, N, idx)
+        Xb, yb, idx = next(batches)
+        if comm is None:
+            state = engine.update(model, state, Xb, yb, N, idx)
+            weight = 1.0
+        else:       # this rank's shard of the global minibatch; loss weight |B_r|/|B| (see distributed)
+            Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
+            state = comm.update(engine, model, state, Xb, yb, N, idx)
 
         def closure():
             opt.zero_grad(set_to_none=True)
-            loss = engine.loss(model, state, Xb, yb, N, idx)
-            (loss / N).backward()
-            return loss / N
+            loss = engine.loss(model, state, Xb, yb, N, idx) / N
+            if comm is not None:
+                loss = loss * weight
+            loss.backward()
+            if comm is not None:
+                return comm.reduce(params, loss.detach())
+            return loss
 
         per_datum = opt.step(closure)
         objective = -float(per_datum.detach()) * N
@@ -280,12 +366,14 @@ def fit(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, setti
             row = {"iteration": step + 1, "time": history.time[-1]}
             row.update(validate(model, state))
             history.validation.append(row)
-        if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0:
+        if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0 \
+                and (comm is None or comm.rank == 0):
             save_checkpoint(settings.checkpoint_path, {
                 "format": "sgpc-checkpoint", "iteration": step + 1,
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(),
+                **({"stream": batches.batches.state_dict()} if streaming else {}),
             })
         if out_of_time:
             break

@@ -1,0 +1,434 @@
+"""Additive-noise likelihoods (additive-noise-gpc): analytic bounds vs Monte Carlo / quadrature,
+zero-variance limits, identities between models, δ*, the ELBO ordering, gradients, the estimator."""
+import inspect
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize_scalar
+
+from sgpc import additive as AD
+from sgpc import kernels as K
+from sgpc import quadrature
+from sgpc.estimator import GPClassifier
+from sgpc.likelihoods import Likelihood, RobustMax
+from sgpc.sparse import SparseGP
+from sgpc.vi import WhitenedGaussian, elbo
+
+torch.set_default_dtype(torch.float64)
+C = 3
+A_VALUES = [0.0, 1.0, 2.897, 0.37]          # step, probit, logit, a user-given a
+MC = 200_000                                # Monte Carlo samples in the brute-force checks (≥ 1e5)
+
+
+def make(name, a=0.0):
+    return {"binary": lambda: AD.BinaryAdditiveGaussian(a, delta=0.02),
+            "multi": lambda: AD.AdditiveGaussian(C, a, delta=0.02),
+            "softmax": lambda: AD.Softmax(C),
+            "binary-softmax": lambda: AD.BinarySoftmax()}[name]()
+
+
+NAMES = ["binary", "multi", "softmax", "binary-softmax"]
+
+
+def test_every_likelihood_class_is_covered():
+    classes = {c for _, c in inspect.getmembers(AD, inspect.isclass)
+               if issubclass(c, Likelihood) and c.__module__ == AD.__name__ and not c.__name__.startswith("_")}
+    assert classes == {type(make(n)) for n in NAMES}
+
+
+def points(L, N=7, seed=0, var_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 2 if L == 1 else L, (N,), generator=g)
+    mean = torch.randn(N, L, generator=g)
+    var = var_scale * (0.1 + torch.rand(N, L, generator=g))
+    return y, mean, var
+
+
+def n_latent(name):
+    return 1 if name.startswith("binary") else C
+
+
+def generic(lik, method, *args, **kw):
+    """The Likelihood base-class default of ``method`` applied to lik.log_prob."""
+    return getattr(Likelihood, method)(lik, *args, **kw)
+
+
+# -- zero-variance limits ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("a", A_VALUES)
+def test_prediction_at_zero_variance_is_the_likelihood(name, a):
+    lik = make(name, a)
+    y, mean, _ = points(n_latent(name))
+    zero = torch.zeros_like(mean)
+    lp = lik.log_prob(y, mean)
+    if name == "softmax":   # eq. (26) by QMC is exact at ν = 0: every point is the mean
+        torch.testing.assert_close(lik.log_tilted(y, mean, zero), lp, rtol=0, atol=1e-12)
+    else:                   # multi, a > 0: S_0 by 32 vs 64 Gauss–Hermite nodes of a smooth integrand
+        torch.testing.assert_close(lik.log_tilted(y, mean, zero), lp, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bound_at_zero_variance_is_log_prob_when_a_is_zero(name):
+    """a = 0 (step) and softmax: the bound term at ν = 0 is exactly log p(y|μ) (a = 0 is not approximated)."""
+    lik = make(name, 0.0)
+    y, mean, _ = points(n_latent(name))
+    torch.testing.assert_close(lik.expected_log_prob(y, mean, torch.zeros_like(mean)), lik.log_prob(y, mean),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["binary", "multi"])
+@pytest.mark.parametrize("a", [1.0, 2.897, 0.37])
+def test_bound_with_noise_is_below_the_marginal_likelihood(name, a):
+    """For a > 0, E_{p(g|f)}[log p(y|g)] < log p(y|f) = log E_{p(g|f)}[p(y|g)] (Jensen): eq. 8/18 is a bound."""
+    lik = make(name, a)
+    y, mean, var = points(n_latent(name))
+    assert (lik.expected_log_prob(y, mean, torch.zeros_like(mean)) < lik.log_prob(y, mean)).all()
+    # and the same under q: the analytic term is below the generic E_q[log p(y|f)] of the marginal likelihood
+    assert (lik.expected_log_prob(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
+
+
+# -- analytic bound terms vs the generic Monte Carlo default -------------------------------------------
+
+@pytest.mark.parametrize("name", ["binary", "multi"])
+@pytest.mark.parametrize("a", A_VALUES)
+def test_gaussian_noise_bound_matches_monte_carlo(name, a):
+    """eq. 8 / eq. 18 = E_{q(g)}[log p(y|g)], q(g) = N(μ, ν + a): the generic Monte Carlo default of the
+    step (a = 0) model at variance ν + a. p(y|g) takes two values, so the per-point standard error is
+    |log(1 − δ) − log(δ/(C − 1))| √(S(1 − S)/n); the tolerance is 5 standard errors."""
+    lik = make(name, a)
+    step = make(name, 0.0)
+    step.n_samples, step.max_grid = MC, 0            # force Monte Carlo (Gauss–Hermite is poor on a step)
+    y, mean, var = points(n_latent(name))
+    analytic = lik.expected_log_prob(y, mean, var)
+    mc = generic(step, "expected_log_prob", y, mean, var + a)
+    log_hit, log_miss = (t.detach() for t in AD._log_hit_miss(lik.raw_flip, lik.n_classes))
+    S = (analytic - log_miss) / (log_hit - log_miss)
+    se = (log_hit - log_miss).abs() * (S * (1 - S)).clamp_min(1e-4).sqrt() / math.sqrt(MC)
+    assert ((analytic - mc).abs() <= 5 * se).all(), ((analytic - mc).abs() / se)
+
+
+def test_softmax_bound_matches_monte_carlo():
+    """eq. 25: −log(1 + P_i) = −log E_q[Σ_c exp(f_c − f_y)]; Monte Carlo of R = Σ_c exp(f_c − f_y) with
+    the delta-method standard error of log R̄ (SE(R̄)/R̄); tolerance 5 standard errors."""
+    lik = make("softmax")
+    y, mean, var = points(C, var_scale=0.5)
+    g = torch.Generator().manual_seed(3)
+    F = mean + var.sqrt() * torch.randn(MC, *mean.shape, generator=g)             # [S,N,C]
+    R = (F - F.gather(-1, y.expand(MC, -1)[..., None])).exp().sum(-1)              # [S,N]
+    mc = -R.mean(0).log()
+    se = R.std(0) / math.sqrt(MC) / R.mean(0)
+    err = (lik.expected_log_prob(y, mean, var) - mc).abs()
+    assert (err <= 5 * se).all(), err / se
+
+
+@pytest.mark.parametrize("name", ["softmax", "binary-softmax"])
+def test_softmax_bound_is_below_expected_log_softmax(name):
+    """Jensen: −log E[Σ exp(f_c − f_y)] ≤ E[log softmax_y(f)] (the generic Gauss–Hermite default)."""
+    lik = make(name)
+    y, mean, var = points(n_latent(name))
+    assert (lik.expected_log_prob(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
+
+
+def eq24(P, theta):
+    """Per-point bound of eq. (24) at q(ε_i) = Gumbel(log θ_i, 1)."""
+    return -P / theta - torch.log(theta) - 1 / theta + 1
+
+
+def test_softmax_augmented_bound_eq24_matches_monte_carlo():
+    """App. C: E_{q(f)q(ε)}[log p(y|f, ε)] − KL(q(ε) ‖ p(ε)) with q(ε) = Gumbel(log θ, 1), p = Gumbel(0, 1),
+    all by Monte Carlo over (f, ε) (KL included, through the Gumbel log-densities), equals eq. (24).
+    Tolerance 5 standard errors of the per-sample integrand."""
+    y, mean, var = points(C, N=4, var_scale=0.3)
+    P = (torch.exp(0.5 * var.gather(1, y[:, None]) - mean.gather(1, y[:, None]))[:, 0]
+         * (torch.exp(0.5 * var + mean).sum(1) - torch.exp(0.5 * var + mean).gather(1, y[:, None])[:, 0]))
+    g = torch.Generator().manual_seed(4)
+    for scale in (0.5, 1.0, 3.0):
+        theta = scale * (1 + P)
+        F = mean + var.sqrt() * torch.randn(MC, *mean.shape, generator=g)
+        eps = torch.log(theta) - torch.log(-torch.log(torch.rand(MC, len(y), generator=g)))    # Gumbel(log θ, 1)
+        d = F.gather(-1, y.expand(MC, -1)[..., None])[..., 0][..., None] - F                   # f_y − f_c
+        log_lik = -(torch.exp(-(eps[..., None] + d)).sum(-1) - torch.exp(-eps))               # Σ_{c≠y} log Φ_G
+        def log_gumbel(x, loc):
+            return -(x - loc) - torch.exp(-(x - loc))
+        sample = log_lik + log_gumbel(eps, 0.0) - log_gumbel(eps, torch.log(theta))
+        se = sample.std(0) / math.sqrt(MC)
+        err = (sample.mean(0) - eq24(P, theta)).abs()
+        assert (err <= 5 * se).all(), err / se
+
+
+def test_softmax_theta_star_maximises_eq24_and_gives_eq25():
+    lik = make("softmax")
+    y, mean, var = points(C)
+    bound = lik.expected_log_prob(y, mean, var)
+    P = torch.expm1(-bound)                                                          # −log(1 + P) = bound
+    theta_star = 1 + P
+    torch.testing.assert_close(eq24(P, theta_star), bound, rtol=0, atol=1e-12)
+    grid = theta_star[:, None] * torch.exp(torch.linspace(-2, 2, 401))[None]
+    values = eq24(P[:, None], grid)
+    assert (values.argmax(1) == 200).all()
+    assert (values <= bound[:, None] + 1e-14).all()
+
+
+# -- identities between models -------------------------------------------------------------------------
+
+def test_step_model_is_robust_max():
+    """a = 0: eq. 15/18/19 are the robust-max likelihood with ε = Cδ/(C − 1) (remark below eq. 18)."""
+    delta = 0.03
+    lik = AD.AdditiveGaussian(C, 0.0, delta)
+    rm = RobustMax(C, epsilon=C * delta / (C - 1))
+    y, mean, var = points(C)
+    torch.testing.assert_close(lik.expected_log_prob(y, mean, var), rm.expected_log_prob(y, mean, var))
+    torch.testing.assert_close(lik.predict_log_proba(mean, var), rm.predict_log_proba(mean, var))
+    torch.testing.assert_close(lik.log_prob(y, mean), rm.log_prob(y, mean))
+
+
+@pytest.mark.parametrize("a", A_VALUES)
+def test_binary_model_is_two_class_model_on_the_contrast(a):
+    """BinaryAdditiveGaussian(a) of f = f_1 − f_0 is AdditiveGaussian(C = 2, a/2) of (f_0, f_1): the contrast
+    of the two internal noises has variance 2 × (a/2); δ enters both as (1 − 2δ)H + δ."""
+    b = AD.BinaryAdditiveGaussian(a, 0.04)
+    m = AD.AdditiveGaussian(2, a / 2, 0.04, n_points=64)
+    y, mean, var = points(2)
+    cmean, cvar = (mean[:, 1] - mean[:, 0])[:, None], var.sum(1, keepdim=True)
+    torch.testing.assert_close(b.expected_log_prob(y, cmean, cvar), m.expected_log_prob(y, mean, var),
+                               atol=1e-10, rtol=0)
+    torch.testing.assert_close(b.predict_log_proba(cmean, cvar), m.predict_log_proba(mean, var), atol=1e-10, rtol=0)
+    torch.testing.assert_close(b.delta, m.delta)
+
+
+def test_two_class_softmax_is_the_binary_logistic_model():
+    """softmax(f_0, f_1)_y = σ(s (f_1 − f_0)) (eq. 14 with C = 2 is eq. 2's logit), and eq. 25 with C = 2 is
+    the binary bound of the contrast (mean μ_1 − μ_0, variance ν_0 + ν_1): identical, not approximately."""
+    sm, bs = AD.Softmax(2, n_samples_predict=4096), AD.BinarySoftmax()
+    y, mean, var = points(2)
+    cmean, cvar = (mean[:, 1] - mean[:, 0])[:, None], var.sum(1, keepdim=True)
+    torch.testing.assert_close(sm.log_prob(y, mean), bs.log_prob(y, cmean), rtol=0, atol=1e-14)
+    torch.testing.assert_close(sm.log_prob(y, mean), torch.nn.functional.logsigmoid((2 * y - 1) * cmean[:, 0]),
+                               rtol=0, atol=1e-14)
+    torch.testing.assert_close(sm.expected_log_prob(y, mean, var), bs.expected_log_prob(y, cmean, cvar),
+                               rtol=0, atol=1e-14)
+    # predictions agree up to the 2-D QMC rule's error (the 1-D Gauss–Hermite side is exact to ~1e-12)
+    torch.testing.assert_close(sm.predict_log_proba(mean, var).exp(), bs.predict_log_proba(cmean, cvar).exp(),
+                               rtol=0, atol=2e-4)
+
+
+def test_gpc3_logit_is_an_approximation_of_the_logistic():
+    """GPC-III replaces the logistic error by N(0, 2.897): max |Φ(z/√2.897) − σ(z)| ≈ 0.0095 (App. A says
+    0.009), so it is close to but not equal to the logistic model (that identity is the softmax one)."""
+    lik = AD.BinaryAdditiveGaussian(AD.NOISE_VARIANCE["logit"], 1e-12)
+    z = torch.linspace(-15, 15, 30001)[:, None]
+    diff = (lik.log_prob(torch.ones(len(z), dtype=torch.long), z).exp() - torch.sigmoid(z[:, 0])).abs()
+    assert 0.009 < diff.max() < 0.0096
+
+
+# -- δ*, ordering, probabilities --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a", [0.0, 1.0, 2.897])
+def test_delta_star_eq27_maximises_binary_bound(a):
+    """For fixed q the binary bound (8) is maximised at δ* = 1 − (1/n) Σ Φ(y μ/√(a + ν)) (eq. 27)."""
+    y, mean, var = points(1, N=40, seed=5)
+    mean = mean.abs() * (2 * y - 1)[:, None] * 0.7 + 0.3 * mean      # mostly sensible predictions: δ* < 1/2
+    lik = AD.BinaryAdditiveGaussian(a, 0.1)
+    s = (2 * y - 1)[:, None]
+    delta_star = 1 - torch.special.ndtr(s * mean / (a + var).sqrt()).mean()
+    assert 0 < delta_star < 0.5
+
+    def neg_bound(raw):
+        with torch.no_grad():
+            lik.raw_flip.fill_(raw)
+            return -float(lik.expected_log_prob(y, mean, var).sum())
+    res = minimize_scalar(neg_bound, bounds=(-20, 5), method="bounded", options={"xatol": 1e-10})
+    neg_bound(res.x)
+    assert abs(float(lik.delta.detach()) - float(delta_star)) < 1e-6
+
+
+def small_problem(C_, N=60, M=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, 2, generator=g)
+    y = (X[:, 0] > 0).long() if C_ == 2 else torch.bucketize(X[:, 0] + 0.3 * X[:, 1], torch.tensor([-0.5, 0.5]))
+    return X, y, torch.randn(M, 2, generator=g)
+
+
+@pytest.mark.parametrize("C_", [2, 3])
+def test_elbo_ordering_I_II_III(C_):
+    """§III-C: at the same hyper-parameters and q, L_I > L_II > L_III (the bound prefers a = 0, App. B).
+    q is first fitted with GPC-I so that predictions are sensible (the premise of App. B)."""
+    X, y, Z = small_problem(C_)
+    lik = (lambda a: AD.BinaryAdditiveGaussian(a, 0.05)) if C_ == 2 else (lambda a: AD.AdditiveGaussian(C_, a, 0.05))
+    L = 1 if C_ == 2 else C_
+    model = SparseGP(K.RBF(2, L, noise=1e-3, variance=2.0), lik(0.0), Z)
+    q = WhitenedGaussian(L, Z.shape[0])
+    opt = torch.optim.Adam(list(model.parameters()) + list(q.parameters()), lr=0.05)
+    for _ in range(150):
+        opt.zero_grad()
+        (-elbo(model, q, X, y, len(y))).backward()
+        opt.step()
+    values = []
+    with torch.no_grad():
+        for a in (0.0, 1.0, 2.897):
+            other = lik(a)
+            other.raw_flip.copy_(model.likelihood.raw_flip)
+            model.likelihood = other
+            values.append(float(elbo(model, q, X, y, len(y))))
+    assert values[0] > values[1] > values[2], values
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("a", [0.0, 2.897])
+def test_prediction_probabilities_sum_to_one(name, a):
+    lik = make(name, a)
+    _, mean, var = points(n_latent(name), N=20, var_scale=3.0)
+    P = lik.predict_log_proba(mean, var).exp()
+    assert P.shape == (20, 2 if name.startswith("binary") else C)
+    torch.testing.assert_close(P.sum(1), torch.ones(20), rtol=0, atol=1e-12)
+    assert (P > 0).all()
+
+
+def test_softmax_prediction_rules_against_a_million_samples():
+    """Seeded MC within 5 standard errors of a 1e6-sample reference; the QMC rule (same S) at least as close."""
+    _, mean, var = points(C, N=10, var_scale=2.0)
+    ref_lik = AD.Softmax(C, n_samples_predict=1_000_000, predict_rule="mc", seed=123)
+    ref = ref_lik.predict_log_proba(mean, var).exp()
+    S = 1024
+    mc = AD.Softmax(C, n_samples_predict=S, predict_rule="mc").predict_log_proba(mean, var).exp()
+    qmc = AD.Softmax(C, n_samples_predict=S, predict_rule="qmc").predict_log_proba(mean, var).exp()
+    T = AD.Softmax(C, n_samples_predict=20000, predict_rule="mc", seed=7).normal_points(C)
+    sd = torch.softmax(mean[None] + var.sqrt()[None] * T[:, None], -1).std(0)     # per-sample sd [N,C]
+    assert ((mc - ref).abs() <= 5 * sd / math.sqrt(S) + 5 * sd / 1000).all()
+    assert (qmc - ref).abs().max() <= (mc - ref).abs().max()
+
+
+# -- gradients ------------------------------------------------------------------------------------------------
+
+class _Bound(torch.nn.Module):
+    def __init__(self, lik):
+        super().__init__()
+        self.lik = lik
+
+    def forward(self, y, mean, var):
+        return self.lik.expected_log_prob(y, mean, var)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("a", [0.0, 1.0])
+def test_bound_gradients_finite_differences(name, a):
+    lik = make(name, a)
+    y, mean, var = points(n_latent(name), N=4)
+    wrap = _Bound(lik)
+    if hasattr(lik, "raw_flip"):
+        raw = lik.raw_flip.detach().clone().requires_grad_(True)
+        fn = lambda m, v, r: torch.func.functional_call(wrap, {"lik.raw_flip": r}, (y, m, v))
+        args = (mean.requires_grad_(True), var.requires_grad_(True), raw)
+    else:
+        fn = lambda m, v: wrap(y, m, v)
+        args = (mean.requires_grad_(True), var.requires_grad_(True))
+    assert torch.autograd.gradcheck(fn, args)
+
+
+class _Elbo(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, mean_w, chol_w, X, y):
+        return elbo(self.model, SimpleNamespace(mean=mean_w, chol=chol_w), X, y, 3 * len(y))
+
+
+@pytest.mark.parametrize("C_", [2, 3])
+def test_sparse_elbo_gradients_finite_differences(C_):
+    """The full minibatch ELBO (L = 1 binary and L = C) w.r.t. q's mean and the kernel's length-scales."""
+    X, y, Z = small_problem(C_, N=10, M=3)
+    L = 1 if C_ == 2 else C_
+    lik = AD.BinaryAdditiveGaussian(1.0, 0.05) if C_ == 2 else AD.AdditiveGaussian(C_, 1.0, 0.05)
+    wrap = _Elbo(SparseGP(K.RBF(2, L, noise=1e-2), lik, Z))
+    g = torch.Generator().manual_seed(2)
+    chol = torch.eye(3).repeat(L, 1, 1) * 0.5
+    fn = lambda m, ls: torch.func.functional_call(wrap, {"model.kernel.raw_lengthscale": ls}, (m, chol, X, y))
+    args = (torch.randn(L, 3, generator=g).requires_grad_(True),
+            wrap.model.kernel.raw_lengthscale.detach().clone().requires_grad_(True))
+    assert torch.autograd.gradcheck(fn, args)
+
+
+# -- estimator --------------------------------------------------------------------------------------------------
+
+def blobs(C_, N=150, seed=0):
+    rng = np.random.default_rng(seed)
+    angle = 2 * np.pi * np.arange(C_) / C_
+    centres = 3.0 * np.stack([np.cos(angle), np.sin(angle)], 1)              # well separated: Bayes error < 1%
+    y = rng.integers(0, C_, N)
+    return centres[y] + rng.standard_normal((N, 2)), y
+
+
+@pytest.mark.parametrize("C_", [2, 3])
+@pytest.mark.parametrize("lik", ["step", "probit", "logit", "softmax"])
+def test_estimator_fits_binary_and_multiclass(C_, lik, capsys):
+    X, y = blobs(C_)
+    est = GPClassifier(likelihood=lik, n_inducing=10, max_iter=150, learning_rate=0.05, batch_size=64,
+                       random_state=0, verbose=1).fit(X, y)
+    out = capsys.readouterr().out
+    assert est.model_.n_latent == (1 if C_ == 2 else C_)
+    assert ("binary form" in out) == (C_ == 2)
+    P = est.predict_proba(X)
+    assert P.shape == (len(X), C_)
+    np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-12)
+    assert est.score(X, y) > 0.9
+
+
+def test_estimator_noise_variance_and_fixed_delta():
+    X, y = blobs(2)
+    est = GPClassifier(likelihood="probit", noise_variance=0.0, learn_delta=False, delta=0.01, n_inducing=8,
+                       max_iter=40, random_state=0).fit(X, y)
+    assert est.model_.likelihood.noise_variance == 0.0
+    assert float(est.model_.likelihood.delta) == pytest.approx(0.01)
+    est2 = GPClassifier(likelihood="step", delta=0.01, n_inducing=8, max_iter=40, random_state=0).fit(X, y)
+    assert float(est2.model_.likelihood.delta.detach()) != pytest.approx(0.01)     # δ learned by default
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(likelihood="probit", method="ep"), "vi"),
+    (dict(likelihood="softmax", method="arpep"), "vi"),
+    (dict(likelihood="softmax", noise_variance=1.0), "noise_variance"),
+    (dict(likelihood="robustmax", noise_variance=1.0), "noise_variance"),
+    (dict(likelihood="logit", noise_variance=-1.0), "noise_variance"),
+    (dict(likelihood="step", delta=0.0), "delta"),
+    (dict(likelihood="softmax", n_samples_predict=0), "n_samples_predict"),
+    (dict(likelihood="softmax", softmax_predict="exact"), "softmax_predict"),
+    (dict(init_lengthscale=-1.0), "init_lengthscale"),
+])
+def test_estimator_rejects_bad_combinations(kw, match):
+    X, y = blobs(3, N=30)
+    with pytest.raises(ValueError, match=match):
+        GPClassifier(n_inducing=5, max_iter=2, **kw).fit(X, y)
+
+
+def test_estimator_robustmax_binary_keeps_two_latent_functions():
+    X, y = blobs(2, N=40)
+    est = GPClassifier(n_inducing=5, max_iter=5, random_state=0).fit(X, y)
+    assert est.model_.n_latent == 2
+
+
+@pytest.mark.parametrize("C_, lik, kernel", [(2, "logit", "rbf"), (3, "softmax", "matern52+rbf"),
+                                              (3, "step", "rbf"), (2, "softmax", "rbf")])
+def test_estimator_save_load(tmp_path, C_, lik, kernel):
+    X, y = blobs(C_, N=60)
+    est = GPClassifier(likelihood=lik, kernel=kernel, n_inducing=6, max_iter=30, random_state=0,
+                       init_lengthscale=0.3, init_variance=5.0, noise_variance=None).fit(X, y)
+    path = tmp_path / "m.pt"
+    est.save(path)
+    back = GPClassifier.load(path)
+    np.testing.assert_allclose(back.predict_proba(X), est.predict_proba(X), rtol=0, atol=1e-12)
+    assert back.get_params()["likelihood"] == lik
+
+
+def test_estimator_initial_kernel_values():
+    X, y = blobs(3, N=40)
+    est = GPClassifier(likelihood="probit", kernel="matern52+rbf", n_inducing=5, max_iter=0,
+                       init_lengthscale=0.2, init_variance=5.0, random_state=0).fit(X, y)
+    k = est.model_.kernel
+    torch.testing.assert_close(k.first.lengthscale, torch.full((3, 2), 0.2))
+    torch.testing.assert_close(k.second.lengthscale, torch.full((3, 2), 2.0))
+    torch.testing.assert_close(k.first.variance, torch.full((3,), 5.0))

@@ -1,0 +1,283 @@
+"""RMGPC / SMGPC: EP updates vs brute-force tilted moments, Beta moment matching, the ρ → 0 limit,
+evidence gradients, outlier detection, and the estimator."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate, stats
+from sklearn.datasets import load_iris
+from sklearn.metrics import roc_auc_score
+from sklearn.preprocessing import StandardScaler
+
+from sgpc import GPClassifier
+from sgpc import fitc_ep as F
+from sgpc import kernels as K
+from sgpc import rmgpc as R
+from sgpc.likelihoods import RobustMax
+from sgpc.sparse import SparseGP, marginals, predict_log_proba
+
+torch.set_default_dtype(torch.float64)
+
+
+def problem(N=25, C=3, D=2, M=None, seed=0, n_flip=3, noise=0.05):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, D, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    y[:n_flip] = (y[:n_flip] + 1) % C
+    Z = X if M is None else X[:M]                       # M = None: the full GP (Z = X, fixed)
+    model = SparseGP(K.RBF(D, C, noise=noise, lengthscale=[1.0, 1.3]), RobustMax(C), Z.expand(C, *Z.shape).clone(),
+                     learn_inducing=False)
+    return model, X, y
+
+
+def converged(engine, model, X, y, tol=1e-11):
+    st = engine.run(F.fitc_prior(model, X), engine.init(model, X, y, None), tol=tol, max_sweeps=5000)
+    assert st.converged and st.skipped == 0
+    return st
+
+
+# -- each EP update against brute force ----------------------------------------------------------
+def test_likelihood_factor_update_matches_integration_over_f_and_enumeration_of_z():
+    # Tilted p(f_y, f_k, z) ∝ N(f_y|m_y,v_y) N(f_k|m_k,v_k) Bern(z|σ(q)) Θ(f_y − f_k)^{1−z} c^z. The inner
+    # integral over f_k is closed form (truncated-normal moments), the outer one over f_y by adaptive
+    # quadrature to 1e-12: the reference is exact to ~1e-9, so the tolerance 1e-7 cannot hide an error.
+    C = 4
+    c = C ** (-1.0 / (C - 1))
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        m_y, m_k = rng.normal(0, 1.5, 2)
+        v_y, v_k = rng.uniform(0.1, 2.0, 2)
+        q = rng.normal(-1, 2)
+        s_k = math.sqrt(v_k)
+
+        def inner(fy, power):       # ∫_{-∞}^{fy} f_k^power N(f_k|m_k,v_k) df_k
+            a = (fy - m_k) / s_k
+            Phi, phi = stats.norm.cdf(a), stats.norm.pdf(a)
+            return [Phi, m_k * Phi - s_k * phi, (m_k ** 2 + v_k) * Phi - s_k * (m_k + fy) * phi][power]
+
+        def moment(py, pk):          # E over the z = 0 (step) part, times σ(−q)
+            f = lambda fy: fy ** py * inner(fy, pk) * stats.norm.pdf(fy, m_y, math.sqrt(v_y))
+            return integrate.quad(f, m_y - 12 * math.sqrt(v_y), m_y + 12 * math.sqrt(v_y), epsabs=1e-13, epsrel=1e-12)[0]
+
+        w0, w1 = 1 / (1 + math.exp(q)), c / (1 + math.exp(-q))
+        Z0 = moment(0, 0)
+        Z = w0 * Z0 + w1
+        Ey = (w0 * moment(1, 0) + w1 * m_y) / Z
+        Ey2 = (w0 * moment(2, 0) + w1 * (m_y ** 2 + v_y)) / Z
+        Ek = (w0 * moment(0, 1) + w1 * m_k) / Z
+        Ek2 = (w0 * moment(0, 2) + w1 * (m_k ** 2 + v_k)) / Z
+        p_z1 = w1 / Z
+        t = lambda v: torch.tensor([[v]])
+        log_Z, mh_y, vh_y, mh_k, vh_k = F.tilted_pair_moments(R.likelihood_log_factor(t(q), C), t(m_y), t(v_y), t(m_k),
+                                                              t(v_k))
+        q_site = R.likelihood_site_logits(t(m_y), t(v_y), t(m_k), t(v_k), C)
+        np.testing.assert_allclose([float(log_Z), float(mh_y), float(vh_y), float(mh_k), float(vh_k)],
+                                   [math.log(Z), Ey, Ey2 - Ey ** 2, Ek, Ek2 - Ek ** 2], rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(float(torch.sigmoid(q + q_site)), p_z1, rtol=1e-8)      # eq. 4
+
+
+def test_prior_factor_update_matches_integration_over_rho_and_beta_matches_two_moments():
+    # Tilted p(z, ρ) ∝ Bern(z|σ(q)) ρ^z (1−ρ)^{1−z} Beta(ρ|a,b): quadrature over ρ ∈ (0,1), sum over z.
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        q, a, b = rng.normal(-1, 2), rng.uniform(0.5, 20), rng.uniform(0.5, 60)
+        s0, s1 = 1 / (1 + math.exp(q)), 1 / (1 + math.exp(-q))
+        dens = lambda r, z: (s1 * r if z else s0 * (1 - r)) * stats.beta.pdf(r, a, b)
+        mom = lambda p, z: integrate.quad(lambda r: r ** p * dens(r, z), 0, 1, epsabs=1e-14, epsrel=1e-12)[0]
+        Z = mom(0, 0) + mom(0, 1)
+        e1, e2 = (mom(1, 0) + mom(1, 1)) / Z, (mom(2, 0) + mom(2, 1)) / Z
+        upd = R.prior_factor_update(torch.tensor([q]), torch.tensor([a]), torch.tensor([b]))
+        np.testing.assert_allclose(float(upd.log_Z), math.log(Z), rtol=1e-9)
+        np.testing.assert_allclose(float(upd.p_outlier), mom(0, 1) / Z, rtol=1e-9)
+        np.testing.assert_allclose(float(torch.sigmoid(torch.tensor(q) + upd.q_site)), mom(0, 1) / Z, rtol=1e-9)
+        A, B = float(upd.a_star), float(upd.b_star)           # eq. 10: Beta(A, B) has the mixture's two moments
+        np.testing.assert_allclose([A / (A + B), A * (A + 1) / ((A + B) * (A + B + 1))], [e1, e2], rtol=1e-9)
+        # the KL projection matches E[log ρ], E[log(1 − ρ)] instead
+        A, B = (float(v) for v in R.beta_kl_projection(upd, torch.tensor([a]), torch.tensor([b])))
+        el = (integrate.quad(lambda r: math.log(r) * (dens(r, 0) + dens(r, 1)), 0, 1, epsrel=1e-12)[0]) / Z
+        np.testing.assert_allclose(float(torch.digamma(torch.tensor(A)) - torch.digamma(torch.tensor(A + B))), el,
+                                   rtol=1e-7)
+
+
+# -- the EP fixed point, evidence and limits ------------------------------------------------------
+def test_one_point_two_classes_evidence_is_exact():
+    # N = 1, C = 2: one likelihood factor, one prior factor, a tree: EP's Z is exact, p(y) = ρ̄/2 + (1−ρ̄)/2 = 1/2.
+    X, y = torch.randn(1, 2), torch.tensor([1])
+    model = SparseGP(K.RBF(2, 2, noise=0.05), RobustMax(2), X.expand(2, 1, 2).clone(), learn_inducing=False)
+    eng = R.RMGPC(damping=1.0, prior_a=2.0, prior_b=3.0)
+    st = converged(eng, model, X, y)
+    assert float(eng.log_evidence(model, st, X).detach()) == pytest.approx(math.log(0.5), abs=1e-10)
+
+
+def test_parallel_ep_reaches_a_fixed_point():
+    model, X, y = problem()
+    eng = R.RMGPC(damping=0.5)
+    st = converged(eng, model, X, y)
+    again = R.RMGPC(damping=1.0).run(F.fitc_prior(model, X), st, max_sweeps=1)
+    for name in ("tau_y", "nu_y", "tau_k", "nu_k", "q_lik", "q_prior", "a_site", "b_site"):
+        torch.testing.assert_close(getattr(again, name), getattr(st, name), rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("M", [None, 6])
+def test_rho_forced_to_zero_equals_smgpc(M):
+    # a₀/b₀ = 1e-10: the uniform-label term has weight ~1e-10, so every site, the posterior and the
+    # evidence agree with SMGPC to ~1e-8 (differences scale with E[ρ]/Φ(u)).
+    model, X, y = problem(M=M)
+    smgpc = R.RMGPC(outliers=False)
+    rm = R.RMGPC(prior_a=1e-3, prior_b=1e7)
+    s0, s1 = converged(smgpc, model, X, y, 1e-9), converged(rm, model, X, y, 1e-9)
+    assert rm.expected_rho(s1) < 1e-8 and float(rm.outlier_proba(s1).max()) < 1e-6
+    prior = F.fitc_prior(model, X)
+    m0, v0 = F.posterior_marginals(prior, *F.site_totals(y, s0.sites))
+    m1, v1 = F.posterior_marginals(prior, *F.site_totals(y, s1.sites))
+    torch.testing.assert_close(m1, m0, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v1, v0, rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        assert float(rm.log_evidence(model, s1, X)) == pytest.approx(float(smgpc.log_evidence(model, s0, X)), abs=1e-6)
+
+
+def test_smgpc_is_gfitc():
+    model, X, y = problem(M=6)
+    st = converged(R.RMGPC(outliers=False), model, X, y)
+    sites, mean, var, _ = F.run_ep(F.fitc_prior(model, X), y, F.zero_sites(len(y), 3), tol=1e-11, max_sweeps=5000)
+    torch.testing.assert_close(st.tau_k, sites.tau_k, rtol=1e-6, atol=1e-6)
+
+
+def test_full_gp_prior_with_inducing_at_data_is_exact():
+    # FITC with Z = X: Q + diag(k + σ² − Q) = K + σ²I up to the 1e-8 relative jitter on K_uu.
+    model, X, _ = problem()
+    p = F.fitc_prior(model, X)
+    Kfitc = p.A.transpose(-1, -2) @ p.A + torch.diag_embed(p.d)
+    Kfull = model.kernel(X, X) + torch.diag_embed(model.kernel.noise[:, None].expand(-1, len(X)))
+    torch.testing.assert_close(Kfitc, Kfull, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("projection,M,rtol", [("kl", None, 1e-5), pytest.param("kl", 6, 1e-5, marks=pytest.mark.slow),
+                                               pytest.param("moments", None, 2e-2, marks=pytest.mark.slow)])
+def test_evidence_gradient_matches_finite_differences_with_ep_rerun(projection, M, rtol):
+    # d log Z_EP/dθ by central differences with EP re-converged (tol 1e-11) at θ ± h, against autograd at
+    # fixed sites. With the KL projection of ρ the fixed point is stationary and they agree to the FD error
+    # (~1e-8). The paper's moment matching (eq. 10) is not a KL projection: the agreement is then ~0.3%,
+    # which the 2% tolerance accepts while still failing for a wrong s̃ term (a missing term changes the
+    # gradient at O(1)).
+    model, X, y = problem(M=M)
+    eng = R.RMGPC(beta_projection=projection, tol=1e-11, max_sweeps=5000)
+    st = converged(eng, model, X, y)
+    params = list(model.kernel.parameters())
+    grads = torch.autograd.grad(eng.log_evidence(model, st, X), params)
+    h = 1e-5
+    for p, g in zip(params, grads):
+        for j in range(p.numel()):
+            vals = []
+            for s in (1, -1):
+                with torch.no_grad():
+                    p.view(-1)[j] += s * h
+                st2 = eng.run(F.fitc_prior(model, X), st)
+                vals.append(float(eng.log_evidence(model, st2, X).detach()))
+                with torch.no_grad():
+                    p.view(-1)[j] -= s * h
+            fd = (vals[0] - vals[1]) / (2 * h)
+            assert float(g.view(-1)[j]) == pytest.approx(fd, rel=rtol, abs=1e-6 if projection == "kl" else 2e-3)
+
+
+def test_flipped_labels_get_higher_outlier_probability():
+    # 3-class problem with 12 of 120 labels flipped: the AUC of σ(q_i) for "flipped vs clean" is 0.976
+    # here (measured); >= 0.9 still fails for an uninformative (0.5) or inverted σ(q).
+    g = torch.Generator().manual_seed(3)
+    N, C = 120, 3
+    X = torch.randn(N, 2, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    flip = torch.randperm(N, generator=g)[:12]
+    y[flip] = (y[flip] + 1 + torch.randint(0, C - 1, (12,), generator=g)) % C
+    model = SparseGP(K.RBF(2, C, noise=0.01, lengthscale=[1.0, 1.0], variance=4.0), RobustMax(C),
+                     X.expand(C, N, 2).clone(), learn_inducing=False)
+    eng = R.RMGPC()
+    st = converged(eng, model, X, y, 1e-6)
+    lab = np.zeros(N)
+    lab[flip.numpy()] = 1
+    auc = roc_auc_score(lab, eng.outlier_proba(st).numpy())
+    print(f"outlier AUC = {auc:.3f}")
+    assert auc >= 0.9
+    st = eng.update(model, st, X, y, N)
+    assert float(model.likelihood.epsilon) == pytest.approx(eng.expected_rho(st), rel=1e-10)
+
+
+# -- estimator -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def noisy_iris():
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    rng = np.random.default_rng(0)
+    flip = rng.choice(len(y), 15, replace=False)
+    yn = y.copy()
+    yn[flip] = (yn[flip] + 1) % 3
+    return X, y, yn, flip
+
+
+@pytest.mark.parametrize("method,n_inducing", [("rmgpc", 150), ("smgpc", 150), ("rmgpc", 20)])
+def test_estimator_fit_predict_save_load(noisy_iris, method, n_inducing, tmp_path):
+    X, y, yn, flip = noisy_iris
+    clf = GPClassifier(method=method, optimizer="lbfgs", learning_rate=1.0, max_iter=8, n_inducing=n_inducing,
+                       random_state=0).fit(X, yn)
+    assert clf.score(X, y) > 0.9
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1, atol=1e-12)
+    assert clf.outlier_proba_.shape == (150,)
+    if method == "rmgpc":
+        eps = clf.model_.likelihood.epsilon.item()
+        assert eps == pytest.approx(clf._make_engine().expected_rho(clf.state_), rel=1e-10)
+        assert P.min() >= eps / 3 * (1 - 1e-9)              # (1 − E[ρ]) P(argmax) + E[ρ]/C ≥ E[ρ]/C
+        lab = np.zeros(150)
+        lab[flip] = 1
+        assert roc_auc_score(lab, clf.outlier_proba_) > 0.9
+    else:
+        assert not clf.outlier_proba_.any()
+    if n_inducing >= 150:
+        assert not clf.model_.Z.requires_grad and torch.equal(clf.model_.Z[0], torch.as_tensor(X))
+    clf.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), P)
+    np.testing.assert_array_equal(back.outlier_proba_, clf.outlier_proba_)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"outlier_prior_a": 0.0}, "outlier_prior_a must be a finite number > 0"),
+    ({"outlier_prior_b": -1.0}, "outlier_prior_b must be a finite number > 0"),
+    ({"outlier_prior_a": "x"}, "outlier_prior_a must be"),
+    ({"batch_size": 10}, "use batch_size=None"),
+    ({"learn_epsilon": True}, "learn_epsilon=False"),
+])
+def test_estimator_bad_input(noisy_iris, params, match):
+    X, _, yn, _ = noisy_iris
+    with pytest.raises(ValueError, match=match):
+        GPClassifier(method="rmgpc", optimizer="lbfgs", max_iter=1, **params).fit(X, yn)
+
+
+def test_engine_bad_settings_and_minibatches():
+    with pytest.raises(ValueError, match="damping"):
+        R.RMGPC(damping=0.0)
+    with pytest.raises(ValueError, match="a0 > 0"):
+        R.RMGPC(prior_a=-1.0)
+    with pytest.raises(ValueError, match="beta_projection"):
+        R.RMGPC(beta_projection="exact")
+    model, X, y = problem()
+    eng = R.RMGPC()
+    st = eng.init(model, X, y, None)
+    with pytest.raises(ValueError, match="full-batch only"):
+        eng.update(model, st, X[:10], y[:10], len(y), torch.arange(10))
+    with pytest.raises(ValueError, match="labels must be class indices"):
+        eng.init(model, X, y + 5, None)
+
+
+def test_prediction_is_robust_max_with_epsilon_rho():
+    model, X, y = problem()
+    eng = R.RMGPC()
+    st = eng.update(model, eng.init(model, X, y, None), X, y, len(y))
+    q = eng.posterior(model, st)
+    rho = eng.expected_rho(st)
+    P = predict_log_proba(model, q, X).exp()
+    lik0 = RobustMax(3, epsilon=1e-15)              # P(argmax) to 15 digits
+    m, v = marginals(model, q, X)
+    P_argmax = lik0.predict_log_proba(m, v).exp()
+    torch.testing.assert_close(P, (1 - rho) * P_argmax + rho / 3, rtol=1e-8, atol=1e-10)

@@ -1,0 +1,202 @@
+"""Out-of-core sources (sgpc.stream): reading, block-shuffled minibatches, exact resume, one-pass
+statistics, and fitting/predicting from files through the estimator and the CLI."""
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pyarrow")
+
+from sgpc import stream
+from sgpc.estimator import GPClassifier
+
+
+def _data(n=203, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * [1.0, 3.0, 0.5] + [0.0, 5.0, -1.0]
+    y = np.where(X[:, 0] > 0.5, "a", np.where(X[:, 2] < -1.0, "b", "c"))
+    return X, y
+
+
+def _write(tmp_path, X, y, rows=40):
+    path = tmp_path / "d.parquet"
+    chunks = ((X[a:a + rows], y[a:a + rows]) for a in range(0, len(X), rows))
+    stream.write_parquet(path, chunks, [f"x{j}" for j in range(X.shape[1])], target="label", row_group_size=rows)
+    return path
+
+
+def test_sources_read_the_data_block_by_block(tmp_path):
+    X, y = _data()
+    pq_src = stream.ParquetSource(_write(tmp_path, X, y), target="label")
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    np_src = stream.NpySource(tmp_path / "X.npy", tmp_path / "y.npy", block_rows=40)
+    for src in (pq_src, np_src):
+        assert (src.n_rows, src.n_features) == X.shape
+        assert src.block_sizes == [40] * 5 + [3]
+        parts = [src.read(b) for b in range(len(src.block_sizes))]
+        np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), X)
+        np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), y)
+    assert isinstance(np_src.X, np.memmap)           # memory-mapped, not loaded
+
+
+def test_an_epoch_is_a_permutation_cut_into_batches():
+    X = np.arange(200.0)[:, None]
+    src = stream.NpySource(X, np.arange(200), block_rows=30)
+    mb = stream.Minibatches(src, 25, torch.Generator().manual_seed(0), buffer_blocks=2)
+    epoch = [next(mb) for _ in range(8)]                     # 200 / 25 = 8 batches, nothing dropped
+    rows = np.concatenate([b[1] for b in epoch])
+    np.testing.assert_array_equal(np.sort(rows), np.arange(200))
+    for Xb, yb in epoch:
+        np.testing.assert_array_equal(Xb[:, 0], yb)         # features and labels stay together
+    nxt = np.concatenate([next(mb)[1] for _ in range(8)])
+    assert not np.array_equal(nxt, rows)                    # the next epoch is shuffled anew
+    # shuffling is by blocks: the first batch comes from the first window of 2 blocks (≤ 60 rows)
+    assert len(np.unique(epoch[0][1] // 30)) <= 2
+
+
+def test_drops_the_incomplete_last_batch_of_an_epoch():
+    src = stream.NpySource(np.zeros((23, 1)), np.arange(23), block_rows=5)
+    mb = stream.Minibatches(src, 10, torch.Generator().manual_seed(1))
+    epoch = [next(mb)[1] for _ in range(2)]                  # 23 // 10 = 2 batches per epoch
+    assert len(np.unique(np.concatenate(epoch))) == 20       # disjoint; 3 rows are left out
+    before = mb.state_dict()["epoch_rng"]
+    next(mb)                                                 # the third batch opens a new epoch
+    assert not torch.equal(mb.state_dict()["epoch_rng"], before)
+
+
+@pytest.mark.parametrize("consumed", [0, 3, 8, 11])
+def test_resume_from_state_gives_the_same_batches(consumed):
+    src = stream.NpySource(np.arange(97.0)[:, None], np.arange(97), block_rows=10)
+    a = stream.Minibatches(src, 12, torch.Generator().manual_seed(3), buffer_blocks=3)
+    for _ in range(consumed):
+        next(a)
+    saved = a.state_dict()
+    expected = [next(a)[1] for _ in range(15)]             # crosses at least one epoch boundary (8 per epoch)
+    b = stream.Minibatches(src, 12, torch.Generator().manual_seed(999), buffer_blocks=3)
+    b.load_state_dict(saved)
+    for e in expected:
+        np.testing.assert_array_equal(next(b)[1], e)
+
+
+def test_statistics_in_one_pass_match_numpy():
+    X, y = _data(n=1000)
+    src = stream.NpySource(X, y, block_rows=64)
+    st = stream.statistics(src, sample_size=100, seed=0)
+    np.testing.assert_allclose(st.mean, X.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(st.std, X.std(0), rtol=1e-12)
+    cls, cnt = np.unique(y, return_counts=True)
+    np.testing.assert_array_equal(st.classes, cls)
+    np.testing.assert_array_equal(st.class_counts, cnt)
+    assert st.X_sample.shape == (100, 3)
+    # the sample is made of real rows with their labels, without repetition
+    hits = [np.flatnonzero((X == r).all(1)) for r in st.X_sample]
+    assert all(len(h) == 1 for h in hits)
+    np.testing.assert_array_equal(y[[h[0] for h in hits]], st.y_sample)
+    assert len({h[0] for h in hits}) == 100
+    Xs, _ = stream.standardized(src)[0].read(0)
+    np.testing.assert_allclose(Xs, ((X - X.mean(0)) / X.std(0))[:64], rtol=1e-10, atol=1e-12)
+
+
+def test_bottom_k_sample_is_uniform_over_blocks():
+    """Each of 10 blocks of 100 rows should supply ~1/10 of a 200-row sample: over 200 seeds the
+    mean share of block 0 is 0.1 ± 3·sd (sd of a hypergeometric share ≈ 0.019/√200)."""
+    src = stream.NpySource(np.arange(1000.0)[:, None], np.zeros(1000), block_rows=100)
+    shares = [np.mean(stream.statistics(src, sample_size=200, seed=s).X_sample[:, 0] < 100) for s in range(200)]
+    assert abs(np.mean(shares) - 0.1) < 3 * 0.0195 / np.sqrt(200)
+
+
+def _clf(method="vi", **kw):
+    kw = {"max_iter": 12, **kw}
+    return GPClassifier(method=method, n_inducing=6, batch_size=32, learning_rate=0.05,
+                        random_state=0, inducing_init="random", **kw)
+
+
+@pytest.mark.parametrize("method", ["vi", "sep", "apep", "arpep", "rpapep"])
+def test_fit_from_parquet_and_npy_agree_and_learn(tmp_path, method):
+    X, y = _data(n=400)
+    path = _write(tmp_path, X, y, rows=64)
+    np.save(tmp_path / "X.npy", X)
+    a = _clf(method).fit(stream.ParquetSource(path, target="label"))
+    b = _clf(method).fit(str(tmp_path / "X.npy"), y)                    # one block of 400 rows
+    c = _clf(method).fit(stream.NpySource(X, y, block_rows=64))          # the Parquet file's blocks
+    for k, v in a.model_.state_dict().items():                           # same blocks: same minibatches
+        torch.testing.assert_close(c.model_.state_dict()[k], v, rtol=0, atol=0)
+    assert b.n_iter_ == 12 and np.isfinite(b.history_["objective"]).all()
+    np.testing.assert_array_equal(a.classes_, np.unique(y))
+    assert a.n_iter_ == 12
+    proba = a.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
+
+
+def test_streamed_fit_learns(tmp_path):
+    X, y = _data(n=600, seed=1)
+    clf = GPClassifier(method="sep", n_inducing=10, batch_size=50, n_epochs=6, learning_rate=0.05,
+                       random_state=0).fit(stream.standardized(stream.NpySource(X, y, block_rows=100))[0])
+    st = stream.statistics(stream.NpySource(X, y))
+    err = np.mean(clf.predict((X - st.mean) / st.std) != y)
+    assert err < 0.15, err          # the classes are (almost) separable by two thresholds
+
+
+def test_predict_from_a_source_equals_predict_on_arrays(tmp_path):
+    X, y = _data(n=300)
+    clf = _clf().fit(X, y)
+    np.save(tmp_path / "X.npy", X)
+    lp = clf.predict_log_proba(X)
+    np.testing.assert_allclose(clf.predict_log_proba(str(tmp_path / "X.npy")), lp, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(clf.predict_log_proba(stream.ParquetSource(_write(tmp_path, X, y), "label")), lp,
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="feature column"):
+        clf.predict_log_proba(str(_write(tmp_path, X, y)))           # the label column is not a feature
+
+
+def test_streamed_checkpoint_resume_is_exact(tmp_path):
+    X, y = _data(n=300)
+    src = stream.NpySource(X, y, block_rows=50)
+    ck = str(tmp_path / "ck.pt")
+    full = _clf("sep", max_iter=20).fit(src)
+    _clf("sep", max_iter=13, checkpoint_path=ck, checkpoint_every=13).fit(src)      # 13: mid-epoch
+    resumed = _clf("sep", max_iter=20, checkpoint_path=ck, checkpoint_every=0).fit(src, resume=True)
+    for k, v in full.model_.state_dict().items():
+        torch.testing.assert_close(resumed.model_.state_dict()[k], v, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.state_.Lam, full.state_.Lam, rtol=0, atol=0)
+    assert resumed.history_["objective"] == full.history_["objective"]
+
+
+def test_streaming_errors(tmp_path):
+    X, y = _data(n=100)
+    src = stream.NpySource(X, y)
+    with pytest.raises(ValueError, match="per-point state"):
+        _clf("ep").fit(src)
+    with pytest.raises(ValueError, match="batch_size"):
+        GPClassifier(method="vi").fit(src)
+    with pytest.raises(ValueError, match="carries its labels"):
+        _clf().fit(src, y)
+    with pytest.raises(ValueError, match=".npy"):
+        _clf().fit(str(tmp_path / "X.csv"), y)
+    with pytest.raises(ValueError, match="no labels"):
+        _clf().fit(stream.NpySource(X))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"a": ["u", "v"], "label": [0, 1]}), tmp_path / "s.parquet")
+    with pytest.raises(ValueError, match="not numeric"):
+        stream.ParquetSource(tmp_path / "s.parquet", target="label")
+    with pytest.raises(ValueError, match="no label column"):
+        stream.ParquetSource(tmp_path / "s.parquet", target="zzz")
+
+
+def test_cli_fit_stream_and_predict(tmp_path, capsys):
+    from sgpc import cli
+    X, y = _data(n=300)
+    path = _write(tmp_path, X, y, rows=64)
+    model = str(tmp_path / "m.pt")
+    assert cli.main(["fit", str(path), "--stream", "--batch-size", "32", "--max-iter", "5", "--n-inducing", "4",
+                     "--method", "sep", "-o", model]) == 0
+    assert "streaming" in capsys.readouterr().out
+    np.save(tmp_path / "X.npy", X)
+    feats = tmp_path / "X.csv"
+    np.savetxt(feats, X, delimiter=",", header="x0,x1,x2", comments="")
+    assert cli.main(["predict", model, str(feats), "-o", str(tmp_path / "p.csv")]) == 0
+    P = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-9)
+    assert cli.main(["fit", str(path), "--stream", "--method", "ep", "--batch-size", "32", "-o", model]) == 2
+    assert "per-point state" in capsys.readouterr().err

@@ -1,0 +1,100 @@
+"""Tests of sgpc.uncertainty: sampled predictive uncertainty and the active-learning loop."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sgpc import uncertainty as U
+from sgpc.estimator import GPClassifier
+from sgpc.sparse import marginals
+
+
+def _blobs(n_per=15, C=3, sep=4.0, seed=0):
+    g = np.random.default_rng(seed)
+    ang = 2 * np.pi * np.arange(C) / C
+    centres = sep * np.stack([np.cos(ang), np.sin(ang)], 1)
+    X = np.concatenate([c + g.normal(size=(n_per, 2)) for c in centres])
+    return X, np.repeat(np.arange(C), n_per)
+
+
+@pytest.fixture(scope="module", params=["bsvm", "vi"])
+def fitted(request):
+    X, y = _blobs()
+    est = GPClassifier(method=request.param, n_inducing=8, max_iter=150, learning_rate=0.05, random_state=0)
+    return est.fit(X, y), X, y
+
+
+def test_variation_ratio_limits():
+    C, S = 4, 400
+    assert np.all(U.variation_ratio(np.full((S, 7), 2), C) == 0.0)                # certain prediction
+    uniform = np.tile(np.arange(C), S // C)[:, None].repeat(5, 1)                  # each class S/C times
+    assert np.allclose(U.variation_ratio(uniform, C), (C - 1) / C)
+    # i.i.d. uniform labels: VR → (C−1)/C as S grows (the modal count exceeds S/C by O(√S))
+    g = np.random.default_rng(0)
+    for S, tol in ((1000, 0.05), (100000, 0.005)):
+        vr = U.variation_ratio(g.integers(0, C, size=(S, 3)), C)
+        assert np.all(np.abs(vr - (C - 1) / C) < tol)
+    with pytest.raises(ValueError, match="class indices"):
+        U.variation_ratio(np.array([[0, 5]]), 3)
+
+
+def test_mutual_information_limits():
+    g = np.random.default_rng(1)
+    p = g.dirichlet(np.ones(3), size=6)
+    same = np.repeat(p[None], 10, 0)                                                # no epistemic spread
+    assert np.allclose(U.mutual_information(same), 0.0, atol=1e-12)
+    onehot = np.eye(3)[g.integers(0, 3, size=(50, 6))]                              # [S,N,C] one-hot
+    mean = onehot.mean(0)
+    H = -(mean * np.log(np.where(mean > 0, mean, 1))).sum(1)
+    assert np.allclose(U.mutual_information(onehot), H)
+
+
+def test_samples_match_the_marginals_and_are_seeded(fitted):
+    est, X, _ = fitted
+    F = U.sample_latents(est, X[:5], n_samples=40000, random_state=3)
+    m, v = marginals(est.model_, est.posterior_, torch.as_tensor(X[:5]))
+    S = F.shape[0]
+    assert torch.allclose(F.mean(0), m, atol=5 * (v.max().sqrt() / math.sqrt(S)).item())   # 5 s.e.
+    assert torch.allclose(F.var(0), v, rtol=5 * math.sqrt(2 / S))                            # 5 s.e. of a variance
+    assert torch.equal(F[:3], U.sample_latents(est, X[:5], 40000, random_state=3)[:3])
+    P = U.sample_probabilities(est, X[:5], 30, 0)
+    assert P.shape == (30, 5, 3) and np.allclose(P.sum(-1), 1.0)
+
+
+def test_sample_frequencies_converge_to_predict_proba_for_bsvm():
+    X, y = _blobs(sep=2.0)
+    est = GPClassifier(method="bsvm", n_inducing=8, max_iter=100, learning_rate=0.05, random_state=0).fit(X, y)
+    S = 20000
+    labels = U.sample_labels(est, X[:10], S, random_state=1)
+    freq = np.stack([(labels == c).mean(0) for c in range(3)], 1)
+    assert np.allclose(freq, est.predict_proba(X[:10]), atol=4 * 0.5 / math.sqrt(S))       # 4 s.e.
+
+
+def test_certain_points_have_zero_variation_ratio(fitted):
+    est, X, y = fitted
+    centres = np.stack([X[y == c].mean(0) for c in range(3)])
+    far = np.array([[40.0, 40.0], [-35.0, 20.0]])               # far from the data: prior, uncertain
+    vr = U.acquisition_scores(est, centres, "variation_ratio", n_samples=500)
+    assert np.all(vr < 0.02)
+    assert np.all(U.acquisition_scores(est, far, "variation_ratio", n_samples=500) > vr.max())
+    for a in U.ACQUISITIONS:
+        s = U.acquisition_scores(est, X, a, n_samples=50)
+        assert s.shape == (len(X),) and np.all(np.isfinite(s))
+    with pytest.raises(ValueError, match="acquisition"):
+        U.acquisition_scores(est, X, "margin")
+
+
+@pytest.mark.parametrize("acquisition", ["variation_ratio", "random", "bald"])
+def test_active_learning_loop(acquisition):
+    X, y = _blobs(20, 3, sep=3.0)
+    Xt, yt = _blobs(10, 3, sep=3.0, seed=1)
+    est = GPClassifier(method="bsvm", n_inducing=4, max_iter=60, learning_rate=0.05, random_state=0)
+    h = U.active_learning(est, X, y, Xt, yt, n_queries=5, acquisition=acquisition, n_samples=50,
+                          refit_max_iter=20, random_state=0)
+    assert len(h["error"]) == len(h["nll"]) == len(h["n_labelled"]) == 6
+    assert h["n_labelled"] == [3, 4, 5, 6, 7, 8]
+    assert len(set(h["queried"])) == 5
+    assert not hasattr(est, "model_")                           # the argument is cloned, not fitted
+    with pytest.raises(ValueError, match="n_queries"):
+        U.active_learning(est, X, y, Xt, yt, n_queries=len(X))
