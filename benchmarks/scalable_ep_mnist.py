@@ -38,20 +38,23 @@ def main():
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help='"cpu" or "cuda"')
+    ap.add_argument("--out", default="scalable_ep_mnist", help="results/<out>.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dt = getattr(torch, args.dtype)
     Xtr, Xte, ytr, yte = train_test("mnist")
     classes = np.unique(ytr)
-    Xtr_t, Xte_t = torch.as_tensor(Xtr, dtype=dt), torch.as_tensor(Xte, dtype=dt)
-    ytr_t = torch.as_tensor(np.searchsorted(classes, ytr))
-    yte_t = torch.as_tensor(np.searchsorted(classes, yte))
+    dev = torch.device(args.device)
+    Xtr_t, Xte_t = torch.as_tensor(Xtr, dtype=dt, device=dev), torch.as_tensor(Xte, dtype=dt, device=dev)
+    ytr_t = torch.as_tensor(np.searchsorted(classes, ytr), device=dev)
+    yte_t = torch.as_tensor(np.searchsorted(classes, yte), device=dev)
     Z0 = init_inducing(Xtr, args.M, "kmeans", seed=0)
     runs = []
     for method in args.methods:
         torch.manual_seed(0)
         D, C = Xtr.shape[1], len(classes)
-        model = SparseGP(K.RBF(D, C, noise=1e-2, dtype=dt), RobustMax(C), torch.as_tensor(Z0, dtype=dt)).to(dt)
+        model = SparseGP(K.RBF(D, C, noise=1e-2, dtype=dt), RobustMax(C), torch.as_tensor(Z0, dtype=dt)).to(dev, dt)
         engine = {"ep": EP(), "sep": SEP(), "vi": VI()}[method]
         gen = torch.Generator().manual_seed(0)
         state = engine.init(model, Xtr_t, ytr_t, gen)
@@ -70,8 +73,8 @@ def main():
             print(f"{method:4s} t={r['time']:7.1f}s steps={r['iteration']:6d} err={r['error']:.4f} nll={r['nll']:.4f}")
         reached = next((r["time"] for r in rows if r["nll"] <= TARGET_NLL), None)
         runs.append({"method": method, "curve": rows, "time_to_nll_0.0725": reached})
-        write("scalable_ep_mnist", {"config": vars(args), "runs": runs})
-    path = write("scalable_ep_mnist", {"config": vars(args), "runs": runs})
+        write(args.out, {"config": vars(args), "runs": runs})
+    path = write(args.out, {"config": vars(args), "runs": runs})
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -104,6 +104,22 @@ def test_save_load_round_trip_exactly(fitted, tmp_path):
     np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
+    clf, X, _ = fitted
+    path = tmp_path / "gpu.pt"
+    clf.save(path)
+    d = torch.load(path, weights_only=True)
+    d["params"]["device"] = "cuda:0"                     # as written by a fit with device="cuda:0"
+    torch.save(d, path)
+    with pytest.warns(UserWarning, match="'cuda:0', which is not available here: loading on the CPU"):
+        back = GPClassifier.load(path)
+    assert back.device == "cpu"
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    explicit = GPClassifier.load(path, device="cpu")     # an explicit device needs no warning
+    assert explicit.device == "cpu"
+
+
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
     clf, _, _ = fitted

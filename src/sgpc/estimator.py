@@ -610,12 +610,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         os.replace(tmp, os.fspath(path))
 
     @classmethod
-    def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None) -> "GPClassifier":
+    def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None,
+             device: str | None = None) -> "GPClassifier":
         """Read a model written by ``save``. Never executes code from the file (``weights_only=True``).
 
         Args:
             path: the file. feature_extractor: for a hybrid model, a module of the architecture it was
                 fitted with (its weights are replaced by the saved ones; the argument is not modified).
+            device: where the loaded model lives ("cpu", "cuda", ...). None: the device it was fitted
+                on, or the CPU (with a warning) when that was a CUDA device and none is available here.
         """
         try:
             d = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
@@ -631,8 +634,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{path} was saved " + ("with a feature extractor: pass a module of the same architecture, "
                              "GPClassifier.load(path, feature_extractor=module)" if d.get("has_feature_extractor")
                              else "without a feature extractor: call GPClassifier.load(path) without one"))
+        params = dict(d.get("params", {}))
+        if device is not None:
+            params["device"] = device
+        elif str(params.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
+            warnings.warn(f"{path} was fitted on {params['device']!r}, which is not available here: loading on the CPU",
+                          UserWarning, stacklevel=2)
+            params["device"] = "cpu"
         try:
-            est = cls(**d["params"], feature_extractor=feature_extractor)
+            est = cls(**params, feature_extractor=feature_extractor)
             est._check_options()
             est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))
             est.n_features_in_ = d["n_features_in"]
