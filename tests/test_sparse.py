@@ -88,3 +88,25 @@ def test_model_shape_errors():
         SparseGP(K.RBF(2, 3), RobustMax(3), torch.zeros(4, 5))
     with pytest.raises(ValueError, match="latent"):
         SparseGP(K.RBF(2, 2), RobustMax(3), torch.zeros(4, 2))
+
+
+@pytest.mark.parametrize("method", ["vi", "sep", "ep"])
+def test_one_prior_fast_path_equals_the_per_latent_computation(method, monkeypatch):
+    """Shared kernel + shared Z: K_uu's factor and L_K⁻¹K_uf are computed once and broadcast. A fit
+    with that fast path must give the same model as one that computes them for every latent function
+    (only the order of floating-point sums may differ: 1e-9 would catch any wrong broadcast, which
+    changes results at O(1))."""
+    from sgpc import GPClassifier
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    kw = dict(method=method, n_inducing=6, max_iter=15, learning_rate=0.05, random_state=0,
+              shared_kernel=True, shared_inducing=True)
+    fast = GPClassifier(**kw).fit(X, y)
+    assert fast.model_.one_prior and fast.model_.chol_Kuu().stride(0) == 0      # really a broadcast view
+    monkeypatch.setattr(SparseGP, "one_prior", property(lambda self: False))
+    slow = GPClassifier(**kw).fit(X, y)
+    assert slow.model_.chol_Kuu().stride(0) != 0
+    np.testing.assert_allclose(fast.predict_proba(X), slow.predict_proba(X), rtol=1e-9, atol=1e-11)
+    for (name, a), (_, b) in zip(fast.model_.state_dict().items(), slow.model_.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11, msg=name)

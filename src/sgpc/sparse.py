@@ -109,14 +109,29 @@ class SparseGP(nn.Module):
         """K_uu, [L,M,M] (no white noise: inducing values are noise-free function values)."""
         return self.kernel(self.Z, self.Z)
 
+    @property
+    def one_prior(self) -> bool:
+        """True when the L latent GPs share the kernel's hyper-parameters and the inducing inputs.
+
+        Their priors are then identical, so the Cholesky factor of K_uu and L_K⁻¹K_uf are computed for
+        one latent function and broadcast to L (``expand``: views, no copies) — the O(M³) factorisation
+        and the O(M²N) solve are done once instead of L times.
+        """
+        return bool(getattr(self.kernel, "shared", False)) and self.Z.ndim == 2
+
     def chol_Kuu(self) -> torch.Tensor:
-        """Lower Cholesky factor of K_uu with the dtype's base jitter, [L,M,M]."""
-        return cholesky(self.Kuu(), what="K_uu")
+        """Lower Cholesky factor of K_uu with the dtype's base jitter, [L,M,M] (a broadcast view if ``one_prior``)."""
+        K = self.Kuu()
+        if self.one_prior:
+            return cholesky(K[:1], what="K_uu").expand(K.shape)
+        return cholesky(K, what="K_uu")
 
     def projection(self, X: torch.Tensor, chol_Kuu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N] (of h(X) for a hybrid model)."""
         H = X if self.feature_extractor is None else self.feature_extractor(X)
         Kuf = self.kernel(self.Z, H)
+        if self.one_prior:
+            return solve_lower(chol_Kuu[:1], Kuf[:1]).expand(Kuf.shape), self.kernel.diag(H)
         return solve_lower(chol_Kuu, Kuf), self.kernel.diag(H)
 
 
@@ -131,9 +146,10 @@ def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tens
     """
     Lk = model.chol_Kuu() if chol_Kuu is None else chol_Kuu
     A, kdiag = model.projection(X, Lk)
-    mean = (A * mean_w[..., None]).sum(-2)                                         # [L,N]
+    mean = (mean_w[:, None, :] @ A)[:, 0, :]                                       # [L,N]
     B = chol_w.transpose(-1, -2) @ A                                               # [L,M,N]
-    var = kdiag - (A * A).sum(-2) + (B * B).sum(-2)
+    A1 = A[:1] if model.one_prior else A                                           # Q_ff diagonal: once if shared
+    var = kdiag - (A1 * A1).sum(-2) + (B * B).sum(-2)
     return mean.transpose(0, 1), var.clamp_min(torch.finfo(var.dtype).tiny).transpose(0, 1)
 
 
