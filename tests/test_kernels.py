@@ -81,6 +81,23 @@ def test_shared_hyperparameters_are_one_set():
     assert kk.lengthscale.shape == (L, 1)
 
 
+@pytest.mark.parametrize("name", ["rbf", "m52", "linear"])
+def test_a_shared_kernel_is_evaluated_once_and_equals_per_latent_copies(name, X):
+    # a shared kernel on [N,D] inputs returns a broadcast view (computed for one latent function);
+    # its values must equal a per-latent kernel whose L parameter sets are copies of the shared one
+    shared = make(name, shared=True)
+    per = make(name)
+    with torch.no_grad():
+        for attr in ("raw_lengthscale", "raw_variance", "raw_noise"):
+            getattr(per, attr).copy_(getattr(shared, attr).expand_as(getattr(per, attr)))
+    Z = X[:4] + 0.1
+    Ks, Kp = shared(X, Z), per(X, Z)
+    assert Ks.shape == Kp.shape == (L, X.shape[0], 4) and Ks.stride(0) == 0 and Kp.stride(0) != 0
+    torch.testing.assert_close(Ks, Kp, rtol=1e-13, atol=0)
+    torch.testing.assert_close(shared.diag(X), per.diag(X), rtol=1e-13, atol=0)
+    assert shared.diag(X).shape == (L, X.shape[0])
+
+
 @pytest.mark.parametrize("name", ["rbf", "m32", "m52", "linear"])
 def test_gradcheck_inputs_and_hyperparameters(name, X):
     k = make(name)

@@ -102,45 +102,57 @@ class Kernel(nn.Module):
             raise ValueError(f"expected inputs of shape [N,{self.input_dim}] or [L,N,{self.input_dim}], "
                              f"got {tuple(X.shape)}")
 
+    # Internally the hyper-parameters keep their stored axis of S = 1 (shared) or L sets: a shared
+    # kernel on [N,D] inputs is evaluated once and broadcast to L by ``forward``/``diag`` (a view).
+    def _inv_sq_lengthscale(self) -> torch.Tensor:
+        return positive(self.raw_lengthscale) ** -2                                 # [S,D]
+
     def scaled_inner(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
-        """Σ_d x_d x'_d / ℓ_d², [L,N,M]; the ℓ-scaling is applied to the smaller input (the inducing side)."""
+        """Σ_d x_d x'_d / ℓ_d², [S,N,M] (S = 1 for a shared kernel on [N,D] inputs, else L); the
+        ℓ-scaling is applied to the smaller input (the inducing side)."""
         self._check(X1)
         self._check(X2)
-        w = self.lengthscale ** -2                                                  # [L,D]
+        w = self._inv_sq_lengthscale()                                              # [S,D]
         if X1.ndim == 3 or (X2.ndim == 2 and X1.shape[-2] <= X2.shape[-2]):
             return (X1 * w[:, None, :]) @ X2.transpose(-1, -2)                      # scale the smaller side
         return X1 @ (X2 * w[:, None, :]).transpose(-1, -2)
 
     def scaled_sqnorm(self, X: torch.Tensor) -> torch.Tensor:
-        """Σ_d x_d² / ℓ_d², [L,N]."""
+        """Σ_d x_d² / ℓ_d², [S,N]."""
         self._check(X)
-        w = self.lengthscale ** -2                                                  # [L,D] or [L,1]
+        w = self._inv_sq_lengthscale()                                              # [S,D] or [S,1]
         if X.ndim == 2 and w.shape[1] == X.shape[1]:
             return ((X * X) @ w.transpose(0, 1)).transpose(0, 1)
         return ((X * X) * w[..., None, :]).sum(-1) if X.ndim == 3 else (X * X).sum(-1)[None, :] * w
 
     def scaled_sqdist(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
-        """Σ_d (x_d − x'_d)² / ℓ_d², [L,N,M], clamped at 0 (the expansion can round below)."""
+        """Σ_d (x_d − x'_d)² / ℓ_d², [S,N,M], clamped at 0 (the expansion can round below)."""
         d2 = (self.scaled_sqnorm(X1)[..., :, None] + self.scaled_sqnorm(X2)[..., None, :]
               - 2.0 * self.scaled_inner(X1, X2))
         return d2.clamp_min(0.0)
 
     def correlation(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
-        """r(x, x'): [N,D] or [L,N,D], [M,D] or [L,M,D] -> [L,N,M]. The one method a kernel overrides."""
+        """r(x, x'): [N,D] or [L,N,D], [M,D] or [L,M,D] -> [S,N,M] (S = 1 or L, broadcast by ``forward``).
+        The one method a kernel overrides, built from ``scaled_sqdist``/``scaled_inner``."""
         raise NotImplementedError
 
     def correlation_diag(self, X: torch.Tensor) -> torch.Tensor:
-        """r(x, x) -> [L,N]; 1 for stationary kernels."""
+        """r(x, x) -> [1,N] (broadcast to L); 1 for stationary kernels."""
         self._check(X)
-        return torch.ones(self.n_latent, X.shape[-2], dtype=X.dtype, device=X.device)
+        return torch.ones(1, X.shape[-2], dtype=X.dtype, device=X.device)
 
     def forward(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
-        """Cross-covariance σ² r(X1, X2): [L,N,M] (no white-noise term)."""
-        return self.variance[:, None, None] * self.correlation(X1, X2)
+        """Cross-covariance σ² r(X1, X2): [L,N,M] (no white-noise term). For a shared kernel on [N,D]
+        inputs it is computed once and returned as a broadcast view: do not write into it."""
+        K = positive(self.raw_variance)[:, None, None] * self.correlation(X1, X2)
+        return K.expand(self.n_latent, *K.shape[1:])
 
     def diag(self, X: torch.Tensor) -> torch.Tensor:
-        """Prior variance k(x, x) + σ_n² at each input: [L,N]."""
-        return self.variance[:, None] * self.correlation_diag(X) + self.noise[:, None]
+        """Prior variance k(x, x) + σ_n² at each input: [L,N] (a broadcast view for a shared kernel)."""
+        d = positive(self.raw_variance)[:, None] * self.correlation_diag(X)
+        if self.raw_noise is not None:
+            d = d + positive(self.raw_noise)[:, None]
+        return d.expand(self.n_latent, d.shape[-1])
 
 
 class RBF(Kernel):
