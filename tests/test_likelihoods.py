@@ -136,3 +136,20 @@ def test_gaussian_test_likelihood_closed_forms_match_generic():
     for alpha in (1.0, 0.4):
         torch.testing.assert_close(lik.log_tilted(y, m, v, alpha),
                                    LK.Likelihood.log_tilted(lik, y, m, v, alpha), rtol=1e-8, atol=1e-8)
+
+
+def test_log1mexp_values_and_gradients_are_finite_across_its_range():
+    # log(1 − eˣ) and its derivative −1/(e^{−x} − 1) at both sides of the −log 2 switch and next to 0, where
+    # the unused branch log1p(−eˣ) has an infinite derivative (it once turned whole EP gradients into NaN)
+    from sgpc.likelihoods import log1mexp
+    x = torch.tensor([-1e-300, -1e-10, -0.3, -math.log(2.0), -0.9, -5.0, -50.0], dtype=torch.float64,
+                     requires_grad=True)
+    v = log1mexp(x)
+    v.sum().backward()
+    xs = x.detach()
+    import mpmath                                        # 50-digit reference (mpmath comes with torch's sympy)
+    mpmath.mp.dps = 50
+    ref = torch.tensor([float(mpmath.log(1 - mpmath.exp(mpmath.mpf(float(t))))) for t in xs[1:]])
+    torch.testing.assert_close(v.detach()[1:], ref, rtol=1e-12, atol=0)
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(x.grad[1:], -1.0 / torch.expm1(-xs[1:]), rtol=1e-9, atol=0)

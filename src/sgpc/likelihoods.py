@@ -30,7 +30,12 @@ __all__ = ["Likelihood", "RobustMax"]
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
     """log(1 − exp(x)) for x ≤ 0, stable at both ends (Mächler 2012)."""
     x = x.clamp_max(-torch.finfo(x.dtype).tiny)
-    return torch.where(x > -math.log(2.0), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+    near = x > -math.log(2.0)
+    # each branch only sees inputs where it is finite: torch.where's gradient is 0 × (the other
+    # branch's derivative), which is NaN when that derivative is infinite (log1p(−exp(x)) at x → 0)
+    half = torch.full_like(x, -math.log(2.0))
+    return torch.where(near, torch.log(-torch.expm1(torch.where(near, x, half))),
+                       torch.log1p(-torch.exp(torch.where(near, half, x))))
 
 
 class Likelihood(nn.Module):
