@@ -41,7 +41,8 @@ METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm",
 STREAM_METHODS = ("vi", "sep", "apep", "arpep", "rpapep")   # state independent of N: can stream / run data-parallel
 FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids and warm starts
 LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
-ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" only
+ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" ...
+EP_BINARY_LIKELIHOODS = ("step", "probit", "logit")   # ... and binary EP/SEP/PEP with one-latent probit sites
 KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear", "matern52+rbf")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _FORMAT = "sgpc-model"
@@ -144,7 +145,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             "logit" (GPC-I/II/III: Gaussian noise of variance a = 0, 1, 2.897 on an internal robust step,
             analytic ELBO eqs. 8/18) and "softmax" (GPCsm, analytic bound eq. 25). With 2 classes these
             use their binary form with ONE latent function (eqs. 5, 8, 9; softmax: the logistic
-            likelihood on f = f_1 − f_0).
+            likelihood on f = f_1 − f_0). "step"/"probit"/"logit" also work with "ep", "sep" and "pep"
+            for 2 classes: one site per point on the single latent function (probit sites mixed with δ).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
             "matern52+rbf" (sum; additive-noise-gpc Table V: the RBF term starts at 10× the Matérn
             length-scale, App. D's 0.1√D and √D when init_lengthscale = 0.1√D).
@@ -271,8 +273,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._check_additive_options()
 
     def _check_additive_options(self) -> None:
-        if self.likelihood in ADDITIVE_LIKELIHOODS and self.method != "vi":
-            raise ValueError(f"likelihood={self.likelihood!r} has an analytic ELBO for method='vi' only; "
+        if self.likelihood in ADDITIVE_LIKELIHOODS and self.method != "vi" and not (
+                self.method in ("ep", "sep", "pep") and self.likelihood in EP_BINARY_LIKELIHOODS):
+            raise ValueError(f"likelihood={self.likelihood!r} works with method='vi'"
+                             f"{' and, for 2 classes, ep/sep/pep' if self.likelihood in EP_BINARY_LIKELIHOODS else ''}; "
                              f"got method={self.method!r} (EP-family methods use likelihood='robustmax')")
         if self.noise_variance is not None:
             if self.likelihood not in ("step", "probit", "logit"):
@@ -324,10 +328,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return RobustMax(C, epsilon=self.epsilon, learn_epsilon=self.learn_epsilon)
 
     def _make_engine(self):
+        # binary additive-noise likelihoods: one site per point on the single latent function (probit
+        # sites, Φ(s f/√a) mixed with δ); robust-max keeps the pairwise step factors of scalable-ep eq. 6
+        factor = "likelihood" if self.likelihood in EP_BINARY_LIKELIHOODS else "pairwise"
         if self.method == "ep":
-            return EP(damping=self.damping)
+            return EP(damping=self.damping, factor=factor)
         if self.method == "sep":
-            return SEP(damping=self.damping)
+            return SEP(damping=self.damping, factor=factor)
         if self.method == "gfitc":
             return GFITC(damping=self.damping)
         if self.method in ("rmgpc", "smgpc"):
@@ -399,6 +406,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"y has only one class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
+        if self.method in ("ep", "sep", "pep") and self.likelihood in EP_BINARY_LIKELIHOODS and len(self.classes_) != 2:
+            raise ValueError(f"method={self.method!r} with likelihood={self.likelihood!r} is the binary model (one "
+                             f"latent function, probit sites); y has {len(self.classes_)} classes: use "
+                             "likelihood='robustmax' for more than 2")
         N, D = X.shape
         M = int(self.n_inducing)
         if M > N:
