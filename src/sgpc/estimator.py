@@ -350,6 +350,25 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return VI(alpha=self.alpha, objective="rpapep")
         return VI()
 
+    def _train_settings(self) -> TrainSettings:
+        return TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
+                             n_epochs=self.n_epochs, batch_size=self.batch_size,
+                             checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
+                             eval_every=self.eval_every, progress=bool(self.verbose))
+
+    def _validator(self, engine, X_val, y_val):
+        """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
+        if X_val is None:
+            return None
+        Xv = self._tensor(self._validate_X(X_val, reset=False))
+        yv = torch.as_tensor(self._encode(y_val), device=self.device)
+
+        def validate(model, state):
+            lp = predict_log_proba(model, engine.posterior(model, state), Xv)
+            return {"error": float((lp.argmax(1) != yv).double().mean()),
+                    "nll": float(-lp.gather(1, yv[:, None]).mean())}
+        return validate
+
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale, extractor=None) -> SparseGP:
         lik = self._make_likelihood(C)
         kern = self._make_kernel(D, lik.n_latent, lengthscale)
@@ -439,19 +458,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if full_gp:
                 self.model_.Z.requires_grad_(False)
         state = self.state_ if warm else engine.init(self.model_, Xt, yt, generator)
-        settings = TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
-                                 n_epochs=self.n_epochs, batch_size=self.batch_size,
-                                 checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
-                                 eval_every=self.eval_every, progress=bool(self.verbose))
-        validate = None
-        if X_val is not None:
-            Xv = self._tensor(self._validate_X(X_val, reset=False))
-            yv = torch.as_tensor(self._encode(y_val), device=self.device)
-
-            def validate(model, st):
-                lp = predict_log_proba(model, engine.posterior(model, st), Xv)
-                return {"error": float((lp.argmax(1) != yv).double().mean()),
-                        "nll": float(-lp.gather(1, yv[:, None]).mean())}
+        settings = self._train_settings()
+        validate = self._validator(engine, X_val, y_val)
         if self.verbose:
             print(f"sgpc: {self.method} with {'hinge' if self.method == 'bsvm' else self.likelihood} likelihood, {len(self.classes_)} classes "
                   f"({self.model_.n_latent} latent functions"
@@ -528,19 +536,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if hasattr(engine, "counts_from_classes"):       # SEP's slot counts n_l from the class counts
             counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
             state = dataclasses.replace(state, counts=engine.counts_from_classes(counts))
-        settings = TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
-                                 n_epochs=self.n_epochs, batch_size=self.batch_size,
-                                 checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
-                                 eval_every=self.eval_every, progress=bool(self.verbose))
-        validate = None
-        if X_val is not None:
-            Xv = self._tensor(self._validate_X(X_val, reset=False))
-            yv = torch.as_tensor(self._encode(y_val), device=self.device)
-
-            def validate(model, s):
-                lp = predict_log_proba(model, engine.posterior(model, s), Xv)
-                return {"error": float((lp.argmax(1) != yv).double().mean()),
-                        "nll": float(-lp.gather(1, yv[:, None]).mean())}
+        settings = self._train_settings()
+        validate = self._validator(engine, X_val, y_val)
         if self.verbose:
             print(f"sgpc: {self.method} streamed, {len(self.classes_)} classes, N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, stream.LabelEncoded(source, self.classes_), None,
