@@ -58,3 +58,29 @@ def classification_problem(N=14, C=3, M=4, seed=1):
     model = SparseGP(K.RBF(2, C, noise=0.1, lengthscale=1.2, variance=2.0), RobustMax(C),
                      torch.randn(C, M, 2, generator=g, dtype=torch.float64))
     return model, X, y
+
+
+def assert_gradient_matches_fd(model, objective, converge, checks, h=1e-5, rtol=1e-4):
+    """At EP convergence, autograd's gradient of ``objective(state)`` (a scalar to maximise) w.r.t. the
+    model parameters ``checks`` = [(name, index)] must match central differences with ``converge()``
+    (EP re-run to convergence) at θ ± h. Returns the finite differences (so callers can check they are
+    not trivially 0)."""
+    model.zero_grad()
+    (-objective(converge())).backward()
+    params = dict(model.named_parameters())
+    fds = []
+    for name, index in checks:
+        p = params[name]
+        grad = -p.grad[index].item()
+        vals = []
+        for sign in (1, -1):
+            with torch.no_grad():
+                p[index] += sign * h
+            state = converge()
+            with torch.no_grad():
+                vals.append(objective(state).item())
+                p[index] -= sign * h
+        fd = (vals[0] - vals[1]) / (2 * h)
+        assert abs(fd - grad) < rtol * max(1.0, abs(fd)), (name, fd, grad)
+        fds.append(fd)
+    return fds
