@@ -277,10 +277,7 @@ def _cmd_fit_stream(args) -> int:
             raise CLIError(f"--target {target} is out of range for {len(names)} columns")
         target = names[target]
     src, st = stream.standardized(stream.ParquetSource(args.data, target=target))
-    est = GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
-                       batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
-                       random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
-                       checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
+    est = _estimator(args)
     start = time.perf_counter()
     est = _fit_maybe_parallel(est, src, None, args)
     seconds = time.perf_counter() - start
@@ -291,6 +288,14 @@ def _cmd_fit_stream(args) -> int:
     print(f"fitted {est.method} streaming {args.data}: N={st.n_rows} D={src.n_features} C={len(est.classes_)}, "
           f"{est.n_iter_} iterations in {seconds:.1f} s; wrote {args.output} and {sidecar}")
     return 0
+
+
+def _estimator(args) -> GPClassifier:
+    """The estimator that ``fit`` and ``fit --stream`` configure from the command line."""
+    return GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
+                        batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
+                        random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
+                        checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
 
 
 def _cmd_fit(args) -> int:
@@ -313,10 +318,7 @@ def _cmd_fit(args) -> int:
         X, y = ds.X, ds.y
         source, what = "file", f"{args.data} (all rows)"
     Xs, _, mean, std = datasets.standardize(X)
-    est = GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
-                       batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
-                       random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
-                       checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
+    est = _estimator(args)
     start = time.perf_counter()
     est = _fit_maybe_parallel(est, Xs, y, args)
     seconds = time.perf_counter() - start
