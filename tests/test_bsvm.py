@@ -313,3 +313,26 @@ def test_column_constant_up_to_rounding_does_not_kill_the_kernel():
     X_new = X.copy()
     X_new[:, 2] += 0.01                                          # the column varies a little at test time
     assert est.score(X_new, y) > 0.95
+
+
+def test_hybrid_with_batch_norm_predicts_in_eval_mode(tmp_path):
+    # training uses batch statistics, prediction the running ones: a prediction must not depend on which
+    # other rows are in the call (batch statistics would make it so), a single row must work (batch
+    # statistics of one row raise), the user's module and its buffers stay untouched, and save/load
+    # carries the running statistics
+    X, y = _blobs(15, 3, sep=3.0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3),
+                              torch.nn.BatchNorm1d(3, affine=False))
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=60, batch_size=16, learning_rate=0.05,
+                       random_state=0, feature_extractor=net).fit(X, y)
+    assert torch.equal(net[3].running_var, torch.ones(3)) and int(net[3].num_batches_tracked) == 0
+    bn = est.model_.feature_extractor[3]
+    assert int(bn.num_batches_tracked) == 60 and not torch.allclose(bn.running_var, torch.ones(3, dtype=DT))
+    p = est.predict_proba(X)
+    assert np.allclose(np.concatenate([est.predict_proba(X[i:i + 1]) for i in range(len(X))]), p, atol=1e-12)
+    assert np.allclose(est.predict_proba(X[:7]), p[:7], atol=1e-12)
+    assert not est.model_.training
+    est.save(tmp_path / "bn.pt")
+    back = GPClassifier.load(tmp_path / "bn.pt", feature_extractor=net)
+    assert np.allclose(back.predict_proba(X), p, atol=1e-12)
+    assert np.allclose(uncertainty.mean_softmax_entropy(est, X[:1]), uncertainty.mean_softmax_entropy(est, X)[:1])

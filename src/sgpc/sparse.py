@@ -13,6 +13,7 @@ How q(u) is parameterised (free, sites, tied factor) is the engines' business, n
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from torch import nn
 from .gaussian import cholesky, kl_standard_normal, solve_lower
 
 __all__ = ["SparseGP", "InducingPosterior", "init_inducing", "marginals", "whitened_marginals",
-           "prior_kl", "predict_log_proba"]
+           "prior_kl", "predict_log_proba", "evaluating"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,21 @@ class SparseGP(nn.Module):
         return solve_lower(chol_Kuu, Kuf), self.kernel.diag(H)
 
 
+@contextmanager
+def evaluating(model: nn.Module):
+    """Run the block with ``model`` (and so a hybrid model's feature extractor) in eval mode.
+
+    Batch normalisation then uses its running statistics and dropout is off, as at prediction time;
+    the previous mode is restored afterwards (the fit loop validates between training steps).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tensor, X: torch.Tensor,
                        chol_Kuu: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Marginals of q(f) at X for a whitened q(v) = N(mean_w, chol_w chol_wᵀ), u = L_K v.
@@ -176,12 +192,13 @@ def predict_log_proba(model: SparseGP, q: InducingPosterior, X: torch.Tensor, ba
                       ) -> torch.Tensor:
     """log p(y* = c | x*) for every row of X [N,D] and class c, in batches of ``batch_size``: [N,C].
 
-    Memory is bounded by the batch, not by N.
+    Memory is bounded by the batch, not by N. The model is evaluated in eval mode (``evaluating``).
     """
-    Lk = model.chol_Kuu()
-    mean_w, chol_w = _whiten(q, Lk)
-    out = []
-    for start in range(0, X.shape[0], batch_size):
-        m, v = whitened_marginals(model, mean_w, chol_w, X[start:start + batch_size], Lk)
-        out.append(model.likelihood.predict_log_proba(m, v))
+    with evaluating(model):
+        Lk = model.chol_Kuu()
+        mean_w, chol_w = _whiten(q, Lk)
+        out = []
+        for start in range(0, X.shape[0], batch_size):
+            m, v = whitened_marginals(model, mean_w, chol_w, X[start:start + batch_size], Lk)
+            out.append(model.likelihood.predict_log_proba(m, v))
     return torch.cat(out, 0)

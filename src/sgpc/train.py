@@ -317,6 +317,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         bar = tqdm(total=n_steps, initial=start, desc=f"fit {type(engine).__name__}", unit="it",
                    dynamic_ncols=True, leave=True)
 
+    model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
         if comm is None:
@@ -379,4 +380,5 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
             break
     if bar is not None:
         bar.close()
+    model.eval()
     return state, history

@@ -28,7 +28,7 @@ from sklearn.base import clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .metrics import nll, predictive_entropy
-from .sparse import marginals
+from .sparse import evaluating, marginals
 
 __all__ = ["sample_latents", "sample_probabilities", "sample_labels", "variation_ratio", "mutual_information",
            "mean_softmax_entropy", "acquisition_scores", "active_learning", "ACQUISITIONS"]
@@ -48,8 +48,9 @@ def _inputs(estimator, X) -> torch.Tensor:
 @torch.no_grad()
 def _marginals(estimator, X, batch_size: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
     Xt = _inputs(estimator, X)
-    out = [marginals(estimator.model_, estimator.posterior_, Xt[i:i + batch_size])
-           for i in range(0, Xt.shape[0], batch_size)]
+    with evaluating(estimator.model_):
+        out = [marginals(estimator.model_, estimator.posterior_, Xt[i:i + batch_size])
+               for i in range(0, Xt.shape[0], batch_size)]
     return torch.cat([m for m, _ in out], 0), torch.cat([v for _, v in out], 0)
 
 
