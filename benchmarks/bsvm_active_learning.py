@@ -39,6 +39,33 @@ def _subsample(X, y, n, rng):
     return X[idx], y[idx]
 
 
+def summarise(runs: list[dict]) -> dict:
+    """Mean rank per query over sets × runs (rank 1 = lower test error) and the largest set's curve."""
+    pairs = {}
+    for r in runs:
+        pairs.setdefault((r["set"], r["seed"]), {})[r["policy"]] = np.asarray(r["error"])
+    ranks = {p: [] for p in POLICIES}
+    for errs in pairs.values():
+        if len(errs) < len(POLICIES):
+            continue
+        E = np.stack([errs[p] for p in POLICIES])                       # [policies, queries + 1]
+        R = np.apply_along_axis(rankdata, 0, E)
+        for i, p in enumerate(POLICIES):
+            ranks[p].append(R[i])
+    if not ranks[POLICIES[0]]:
+        return {}
+    mean_rank = {p: np.mean(ranks[p], 0).tolist() for p in POLICIES}
+    largest = max(runs, key=lambda r: r["pool"])["set"]
+    curve = {p: np.mean([r["error"] for r in runs if r["set"] == largest and r["policy"] == p], 0).tolist()
+             for p in POLICIES}
+    summary = {p: {"mean_rank_over_all_queries": float(np.mean(mean_rank[p])),
+                   "mean_rank_last_query": float(mean_rank[p][-1]),
+                   "mean_error_last_query": float(np.mean([r["error"][-1] for r in runs if r["policy"] == p])),
+                   "n_set_runs": len(ranks[p])}
+               for p in POLICIES}
+    return {"mean_rank_per_query": mean_rank, "largest_set": largest, "largest_set_curve": curve, "summary": summary}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", default=["wine", "new-thyroid", "vehicle", "waveform", "satimage", "pendigits"])
@@ -73,28 +100,8 @@ def main():
                 print(f"{name:12s} run {seed} {policy:16s} error start {h['error'][0]:.3f} "
                       f"after {args.queries} queries {h['error'][-1]:.3f} "
                       f"(mean over queries {np.mean(h['error']):.3f}) t={runs[-1]['time_s']:.0f}s", flush=True)
-            write(args.out, {"config": vars(args), "runs": runs})
-    # mean rank per query over sets × runs (rank 1 = lower test error)
-    pairs = {}
-    for r in runs:
-        pairs.setdefault((r["set"], r["seed"]), {})[r["policy"]] = np.asarray(r["error"])
-    ranks = {p: [] for p in POLICIES}
-    for errs in pairs.values():
-        E = np.stack([errs[p] for p in POLICIES])                       # [policies, queries + 1]
-        R = np.apply_along_axis(rankdata, 0, E)
-        for i, p in enumerate(POLICIES):
-            ranks[p].append(R[i])
-    mean_rank = {p: np.mean(ranks[p], 0).tolist() for p in POLICIES}
-    largest = max(runs, key=lambda r: r["pool"])["set"]
-    curve = {p: np.mean([r["error"] for r in runs if r["set"] == largest and r["policy"] == p], 0).tolist()
-             for p in POLICIES}
-    summary = {p: {"mean_rank_over_all_queries": float(np.mean(mean_rank[p])),
-                   "mean_rank_last_query": float(mean_rank[p][-1]),
-                   "mean_error_last_query": float(np.mean([r["error"][-1] for r in runs if r["policy"] == p]))}
-               for p in POLICIES}
-    path = write(args.out, {"config": vars(args), "runs": runs, "mean_rank_per_query": mean_rank,
-                            "largest_set": largest, "largest_set_curve": curve, "summary": summary})
-    for p, s in summary.items():
+            path = write(args.out, {"config": vars(args), "runs": runs, **summarise(runs)})
+    for p, s in summarise(runs)["summary"].items():
         print(p, s)
     print("wrote", path)
 
