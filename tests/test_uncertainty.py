@@ -98,3 +98,30 @@ def test_active_learning_loop(acquisition):
     assert not hasattr(est, "model_")                           # the argument is cloned, not fitted
     with pytest.raises(ValueError, match="n_queries"):
         U.active_learning(est, X, y, Xt, yt, n_queries=len(X))
+
+
+def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
+    # alpha paper §5.6: the loop starts from given pool rows; a site-based method (ep) cannot warm-start
+    # (one site per labelled row), so each refit is a fresh fit with the estimator's own settings
+    X, y = _blobs(20, 3, sep=3.0)
+    Xt, yt = _blobs(10, 3, sep=3.0, seed=1)
+    fits = []
+    real_fit = GPClassifier.fit
+
+    def recording_fit(self, X, y, **kw):
+        fits.append((self.warm_start, self.max_iter, len(X)))
+        return real_fit(self, X, y, **kw)
+    monkeypatch.setattr(GPClassifier, "fit", recording_fit)
+    start = np.array([0, 25, 50, 51, 7])
+    est = GPClassifier(method="ep", n_inducing=4, max_iter=5, random_state=0)
+    h = U.active_learning(est, X, y, Xt, yt, n_queries=3, acquisition="entropy", initial=start,
+                          refit_max_iter=2, random_state=0)
+    assert h["n_labelled"] == [5, 6, 7, 8] and not set(h["queried"]) & set(start.tolist())
+    assert fits == [(False, 5, 5), (False, 5, 6), (False, 5, 7), (False, 5, 8)]
+    fits.clear()
+    U.active_learning(GPClassifier(method="vi", n_inducing=4, max_iter=5, random_state=0), X, y, Xt, yt,
+                      n_queries=1, acquisition="random", initial=start, refit_max_iter=2)
+    assert fits == [(False, 5, 5), (True, 2, 6)]
+    for bad in ([0, 0, 1], [0, 1, 2], [0, 99], [0.0, 25.0]):    # repeated, one class, out of range, not ints
+        with pytest.raises(ValueError, match="initial"):
+            U.active_learning(est, X, y, Xt, yt, n_queries=1, initial=np.array(bad))

@@ -27,6 +27,7 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .estimator import FREE_GAUSSIAN_METHODS
 from .metrics import nll, predictive_entropy
 from .sparse import evaluating, marginals
 
@@ -143,19 +144,25 @@ def acquisition_scores(estimator, X, acquisition: str = "variation_ratio", n_sam
 
 
 def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int = 100,
-                    acquisition: str = "variation_ratio", n_initial_per_class: int = 1, n_samples: int = 100,
-                    refit_max_iter: int | None = None, random_state: int = 0) -> dict:
-    """Pool-based active learning with warm-started refits (multiclass-bayesian-svm §4.3.1).
+                    acquisition: str = "variation_ratio", n_initial_per_class: int = 1, initial=None,
+                    n_samples: int = 100, refit_max_iter: int | None = None, random_state: int = 0) -> dict:
+    """Pool-based active learning with warm-started refits (multiclass-bayesian-svm §4.3.1,
+    alpha-divergence-multiclass-gpc §5.6).
 
-    Start from ``n_initial_per_class`` uniformly chosen labelled rows per class of ``y_pool``; each
-    round scores the unlabelled pool, labels its highest-scoring row and refits. The first fit uses
-    the estimator's settings; refits continue from the previous hyper-parameters, inducing inputs
-    and q (``warm_start=True``) for ``refit_max_iter`` steps (default: the estimator's ``max_iter``).
+    Start from ``n_initial_per_class`` uniformly chosen labelled rows per class of ``y_pool`` (or from
+    the pool rows ``initial``); each round scores the unlabelled pool, labels its highest-scoring row
+    and refits. The first fit uses the estimator's settings. Free-Gaussian methods (vi, arpep, rpapep,
+    bsvm) refit from the previous hyper-parameters, inducing inputs and q (``warm_start=True``) for
+    ``refit_max_iter`` steps (default: the estimator's ``max_iter``); the site-based methods (ep, sep,
+    pep, apep, gfitc, ...) have one site per labelled row, so they refit from scratch with the
+    estimator's settings.
 
     Args:
         estimator: an unfitted ``GPClassifier`` of a free-Gaussian method (cloned, not modified).
         X_pool [P,D], y_pool [P]: the pool with its (hidden) labels. X_test, y_test: evaluation data.
         n_queries: rounds; acquisition: one of ``ACQUISITIONS``; n_samples: S for sampled scores.
+        initial: pool row indices labelled at the start (distinct, covering at least 2 classes);
+            None: ``n_initial_per_class`` per class.
         random_state: int seed of the initial rows, the sampled scores and random queries.
     Returns:
         dict with ``n_labelled``, ``error``, ``nll`` (test metrics, n_queries + 1 entries: before the
@@ -168,12 +175,19 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
     if len(y_pool) != len(X_pool) or len(y_test) != len(X_test):
         raise ValueError("X_pool/y_pool and X_test/y_test must have the same numbers of rows")
     classes = np.unique(y_pool)
-    n_initial = n_initial_per_class * len(classes)
+    if initial is not None:
+        initial = np.asarray(initial)
+        if initial.ndim != 1 or not np.issubdtype(initial.dtype, np.integer) or len(np.unique(initial)) != len(initial) \
+                or (len(initial) and (initial.min() < 0 or initial.max() >= len(X_pool))):
+            raise ValueError(f"initial must be distinct pool row indices in [0, {len(X_pool)})")
+        if len(np.unique(y_pool[initial])) < 2:
+            raise ValueError("the initial rows must cover at least 2 classes")
+    n_initial = n_initial_per_class * len(classes) if initial is None else len(initial)
     if n_queries < 0 or n_initial + n_queries > len(X_pool):
         raise ValueError(f"n_queries must be in [0, {len(X_pool) - n_initial}] for this pool, got {n_queries}")
     rng = np.random.default_rng(random_state)
-    labelled = []
-    for c in classes:
+    labelled = [] if initial is None else initial.tolist()
+    for c in classes if initial is None else ():
         rows = np.flatnonzero(y_pool == c)
         if len(rows) < n_initial_per_class:
             raise ValueError(f"class {c!r} has {len(rows)} pool rows, fewer than n_initial_per_class={n_initial_per_class}")
@@ -193,7 +207,8 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
-    model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
+    if getattr(model, "method", None) in FREE_GAUSSIAN_METHODS:
+        model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)
         scores = acquisition_scores(model, X_pool[candidates], acquisition, n_samples,
