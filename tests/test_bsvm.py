@@ -336,3 +336,23 @@ def test_hybrid_with_batch_norm_predicts_in_eval_mode(tmp_path):
     back = GPClassifier.load(tmp_path / "bn.pt", feature_extractor=net)
     assert np.allclose(back.predict_proba(X), p, atol=1e-12)
     assert np.allclose(uncertainty.mean_softmax_entropy(est, X[:1]), uncertainty.mean_softmax_entropy(est, X)[:1])
+
+
+def test_multiclass_bsvm_predicts_with_the_posterior_mean(tmp_path):
+    # the SVM decision rule: argmax of the latent means, not of P(argmax f* = c), which favours a class
+    # whose predictive variance is large when the means are close
+    from sgpc.sparse import InducingPosterior, predict_mean
+    X, y = _blobs(15, 3, sep=1.0)
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=40, learning_rate=0.05, random_state=0).fit(X, y)
+    q = est.posterior_
+    chol = q.chol.clone()
+    chol[2] *= 300.0                                                  # class 2: very uncertain
+    est.posterior_ = InducingPosterior(mean=q.mean * 0.01, chol=chol)
+    mean = predict_mean(est.model_, est.posterior_, torch.as_tensor(X)).numpy()
+    pred = est.predict(X)
+    assert np.array_equal(pred, est.classes_[mean.argmax(1)])
+    by_proba = est.classes_[est.predict_proba(X).argmax(1)]
+    assert np.mean(by_proba == 2) > 0.9 and np.mean(pred == 2) < 0.5   # the rules differ here
+    np.save(tmp_path / "X.npy", X)                                    # the streamed path uses the same rule
+    from sgpc import stream
+    assert np.array_equal(est.predict(stream.NpySource(tmp_path / "X.npy")), pred)

@@ -23,7 +23,7 @@ from torch import nn
 from .gaussian import cholesky, kl_standard_normal, solve_lower
 
 __all__ = ["SparseGP", "InducingPosterior", "init_inducing", "marginals", "whitened_marginals",
-           "prior_kl", "predict_log_proba", "evaluating"]
+           "prior_kl", "predict_log_proba", "predict_mean", "evaluating"]
 
 
 @dataclass(frozen=True)
@@ -201,4 +201,15 @@ def predict_log_proba(model: SparseGP, q: InducingPosterior, X: torch.Tensor, ba
         for start in range(0, X.shape[0], batch_size):
             m, v = whitened_marginals(model, mean_w, chol_w, X[start:start + batch_size], Lk)
             out.append(model.likelihood.predict_log_proba(m, v))
+    return torch.cat(out, 0)
+
+
+@torch.no_grad()
+def predict_mean(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    """Posterior means of the latent functions at the rows of X [N,D], in batches: [N,L] (eval mode)."""
+    with evaluating(model):
+        Lk = model.chol_Kuu()
+        mean_w, chol_w = _whiten(q, Lk)
+        out = [whitened_marginals(model, mean_w, chol_w, X[a:a + batch_size], Lk)[0]
+               for a in range(0, X.shape[0], batch_size)]
     return torch.cat(out, 0)
