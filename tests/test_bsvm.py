@@ -356,3 +356,11 @@ def test_multiclass_bsvm_predicts_with_the_posterior_mean(tmp_path):
     np.save(tmp_path / "X.npy", X)                                    # the streamed path uses the same rule
     from sgpc import stream
     assert np.array_equal(est.predict(stream.NpySource(tmp_path / "X.npy")), pred)
+
+
+def test_bsvm_validation_error_uses_the_decision_rule_of_predict():
+    X, y = _blobs(15, 3, sep=1.0)
+    Xv, yv = _blobs(10, 3, sep=1.0, seed=1)
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=15, learning_rate=0.05, eval_every=5,
+                       random_state=0).fit(X, y, X_val=Xv, y_val=yv)
+    assert est.history_["validation"][-1]["error"] == pytest.approx(np.mean(est.predict(Xv) != yv), abs=1e-12)

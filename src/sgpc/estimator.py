@@ -373,8 +373,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         yv = torch.as_tensor(self._encode(y_val), device=self.device)
 
         def validate(model, state):
-            lp = predict_log_proba(model, engine.posterior(model, state), Xv)
-            return {"error": float((lp.argmax(1) != yv).double().mean()),
+            q = engine.posterior(model, state)
+            lp = predict_log_proba(model, q, Xv)
+            # the decision rule of ``predict`` (multi-class bsvm: argmax of the posterior mean)
+            pred = predict_mean(model, q, Xv).argmax(1) if isinstance(model.likelihood, MulticlassHinge) else lp.argmax(1)
+            return {"error": float((pred != yv).double().mean()),
                     "nll": float(-lp.gather(1, yv[:, None]).mean())}
         return validate
 

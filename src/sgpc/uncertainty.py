@@ -203,7 +203,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         proba = model.predict_proba(X_test)
         idx = np.searchsorted(model.classes_, y_test)
         history["n_labelled"].append(len(labelled))
-        history["error"].append(float(np.mean(model.classes_[proba.argmax(1)] != y_test)))
+        history["error"].append(float(np.mean(model.predict(X_test) != y_test)))
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
