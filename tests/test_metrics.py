@@ -108,6 +108,10 @@ def test_evaluate_collects_the_metrics():
     assert set(out) == {"error", "nll", "brier", "ece"}
     assert all(isinstance(v, float) for v in out.values())
     assert out["nll"] == metrics.nll(Y, P) and out["ece"] == metrics.ece(Y, P)
+    assert out["error"] == metrics.error_rate(Y, P)
+    other = (np.asarray(Y) + 1) % np.asarray(P).shape[1]              # a decision rule that is always wrong
+    given = metrics.evaluate(Y, P, pred_idx=other)
+    assert given["error"] == 1.0 and given["nll"] == out["nll"]
 
 
 def test_class_indices():

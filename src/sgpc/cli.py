@@ -362,8 +362,11 @@ def _cmd_evaluate(args) -> int:
         X, y, what = ds.X, ds.y, args.data
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")
-    proba = est.predict_proba(_standardise(X, side, args.data, hint))
-    result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba)
+    Xs = _standardise(X, side, args.data, hint)
+    proba = est.predict_proba(Xs)
+    # the error of the model's own decision rule (argmax proba, or the posterior mean for bsvm)
+    result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba,
+                              pred_idx=metrics.class_indices(est.predict(Xs), est.classes_))
     result["n"] = int(len(y))
     print(f"{what}: error {result['error']:.4f}  nll {result['nll']:.4f}  brier {result['brier']:.4f}  "
           f"ece {result['ece']:.4f}  n {result['n']}")

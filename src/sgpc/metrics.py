@@ -232,14 +232,16 @@ def variation_ratio(proba) -> np.ndarray:
     return 1.0 - p.max(axis=1)
 
 
-def evaluate(y_true_idx, proba, n_bins: int = 15) -> dict:
+def evaluate(y_true_idx, proba, n_bins: int = 15, pred_idx=None) -> dict:
     """The standard summary of a probabilistic classifier on labelled data.
 
     Args:
         y_true_idx: [N] class indices. proba: [N,C]. n_bins: bins of the ECE.
+        pred_idx: [N] predicted class indices for the error when the classifier's decision rule is not
+            argmax proba (the multi-class ``bsvm``); None: argmax proba.
     Returns:
         dict of floats: ``error``, ``nll``, ``brier``, ``ece``.
     """
     p = _check_proba(proba)
-    return {"error": error_rate(y_true_idx, p), "nll": nll(y_true_idx, p),
+    return {"error": error_rate(y_true_idx, p if pred_idx is None else pred_idx), "nll": nll(y_true_idx, p),
             "brier": brier(y_true_idx, p), "ece": ece(y_true_idx, p, n_bins)}
