@@ -341,14 +341,14 @@ def test_hybrid_with_batch_norm_predicts_in_eval_mode(tmp_path):
 def test_multiclass_bsvm_predicts_with_the_posterior_mean(tmp_path):
     # the SVM decision rule: argmax of the latent means, not of P(argmax f* = c), which favours a class
     # whose predictive variance is large when the means are close
-    from sgpc.sparse import InducingPosterior, predict_mean
+    from sgpc.sparse import InducingPosterior, marginals
     X, y = _blobs(15, 3, sep=1.0)
     est = GPClassifier(method="bsvm", n_inducing=6, max_iter=40, learning_rate=0.05, random_state=0).fit(X, y)
     q = est.posterior_
     chol = q.chol.clone()
     chol[2] *= 300.0                                                  # class 2: very uncertain
     est.posterior_ = InducingPosterior(mean=q.mean * 0.01, chol=chol)
-    mean = predict_mean(est.model_, est.posterior_, torch.as_tensor(X)).numpy()
+    mean = marginals(est.model_, est.posterior_, torch.as_tensor(X))[0].detach().numpy()
     pred = est.predict(X)
     assert np.array_equal(pred, est.classes_[mean.argmax(1)])
     by_proba = est.classes_[est.predict_proba(X).argmax(1)]

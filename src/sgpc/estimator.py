@@ -2,7 +2,7 @@
 
 It validates inputs (with errors that say what is wrong and where), encodes labels, turns
 ``random_state`` into one ``torch.Generator``, builds kernel/likelihood/engine from their names,
-runs ``train.fit``, and predicts through ``sparse.predict_log_proba``. It holds no maths.
+runs ``train.fit``, and predicts through ``sparse.predict``. It holds no maths.
 
 Saved models (``save``/``load``) are plain dictionaries of tensors, numbers and strings read back
 with ``torch.load(weights_only=True)``: loading never executes code from the file.
@@ -26,7 +26,7 @@ from . import kernels as K
 from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
-from .sparse import InducingPosterior, SparseGP, init_inducing, predict_log_proba, predict_mean
+from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, refresh, _state_to_dict, _load_state
 from .ep import EP
 from .fitc_ep import GFITC
@@ -373,11 +373,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         yv = torch.as_tensor(self._encode(y_val), device=self.device)
 
         def validate(model, state):
-            q = engine.posterior(model, state)
-            lp = predict_log_proba(model, q, Xv)
-            # the decision rule of ``predict`` (multi-class bsvm: argmax of the posterior mean)
-            pred = predict_mean(model, q, Xv).argmax(1) if isinstance(model.likelihood, MulticlassHinge) else lp.argmax(1)
-            return {"error": float((pred != yv).double().mean()),
+            lp, scores = predict_outputs(model, engine.posterior(model, state), Xv)
+            return {"error": float((scores.argmax(1) != yv).double().mean()),
                     "nll": float(-lp.gather(1, yv[:, None]).mean())}
         return validate
 
@@ -569,8 +566,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              f"known classes: {self.classes_.tolist()}")
         return idx
 
-    def _row_scores(self, X, score, width: int) -> np.ndarray:
-        """``score(model, posterior, X_block) -> [n, width]`` over the rows of X (arrays, files, sources)."""
+    def _outputs(self, X, which: int) -> np.ndarray:
+        """``sparse.predict``'s output ``which`` (0: log-probabilities, 1: decision scores), [N,C], over the
+        rows of X (arrays, files, sources)."""
         check_is_fitted(self, "posterior_")
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
             # streamed: one block of rows at a time; memory is the output [N,K] plus one block
@@ -578,20 +576,20 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if source.n_features != self.n_features_in_:
                 raise ValueError(f"the source has {source.n_features} feature columns, the model {self.n_features_in_}; "
                                  "for a file with a label column pass stream.ParquetSource(path, target=...)")
-            out = np.empty((source.n_rows, width))
+            out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
                 _check_finite(Xb)
-                out[row:row + len(Xb)] = score(self.model_, self.posterior_, self._tensor(Xb)).cpu().numpy()
+                out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_, self._tensor(Xb))[which].cpu().numpy()
                 row += len(Xb)
             return out
         X = self._validate_X(X, reset=False)
-        return score(self.model_, self.posterior_, self._tensor(X)).cpu().numpy().astype(np.float64)
+        return predict_outputs(self.model_, self.posterior_, self._tensor(X))[which].cpu().numpy().astype(np.float64)
 
     def predict_log_proba(self, X) -> np.ndarray:
         """log p(y = c | x) for each row and class (columns ordered as ``classes_``): [N,C]."""
         check_is_fitted(self, "posterior_")
-        return self._row_scores(X, predict_log_proba, len(self.classes_))
+        return self._outputs(X, 0)
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities [N,C]; rows sum to one."""
@@ -600,16 +598,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         """Class label for each row: [N].
 
-        The most probable class, except for the multi-class ``bsvm``, which predicts with the SVM's
-        decision rule, argmax_c of the posterior mean of f*_c (the "mean predictions" of the paper):
-        its hinge pseudo-likelihood is not a normalised likelihood, and P(argmax f* = c) favours the
-        classes of largest predictive variance where the means are close (rare classes; measured on
-        chess-krvk: 0.004 accuracy by P(argmax), 0.324 by the mean; docs/results-bsvm.md).
+        The likelihood's decision rule (``Likelihood.decision_scores``): the most probable class, except
+        for the multi-class ``bsvm``, which predicts with the SVM's rule, argmax_c of the posterior mean
+        of f*_c — so there ``predict`` is not always the argmax of ``predict_proba``.
         """
         check_is_fitted(self, "posterior_")
-        if isinstance(self.model_.likelihood, MulticlassHinge):
-            return self.classes_[np.argmax(self._row_scores(X, predict_mean, self.model_.n_latent), axis=1)]
-        return self.classes_[np.argmax(self.predict_log_proba(X), axis=1)]
+        return self.classes_[np.argmax(self._outputs(X, 1), axis=1)]
 
     # -- persistence -----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:

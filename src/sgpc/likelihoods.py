@@ -77,6 +77,11 @@ class Likelihood(nn.Module):
                 for c in range(self.n_classes)]
         return torch.stack(cols, -1)
 
+    def decision_scores(self, mean: torch.Tensor, var: torch.Tensor, log_proba: torch.Tensor) -> torch.Tensor:
+        """Scores [N,C] whose argmax is the predicted class, given ``log_proba = predict_log_proba(mean, var)``:
+        the most probable class (a likelihood with another decision rule overrides this)."""
+        return log_proba
+
     def tilted_moments(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, alpha: float = 1.0
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log Z [N], tilted mean [N,L], tilted var [N,L]) of Z⁻¹ p(y|f)^α N(f | mean, var)."""

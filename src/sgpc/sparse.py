@@ -23,7 +23,7 @@ from torch import nn
 from .gaussian import cholesky, kl_standard_normal, solve_lower
 
 __all__ = ["SparseGP", "InducingPosterior", "init_inducing", "marginals", "whitened_marginals",
-           "prior_kl", "predict_log_proba", "predict_mean", "evaluating"]
+           "prior_kl", "predict", "predict_log_proba", "evaluating"]
 
 
 @dataclass(frozen=True)
@@ -188,28 +188,27 @@ def prior_kl(model: SparseGP, q: InducingPosterior) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict_log_proba(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096
-                      ) -> torch.Tensor:
-    """log p(y* = c | x*) for every row of X [N,D] and class c, in batches of ``batch_size``: [N,C].
+def predict(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(y* = c | x*) [N,C], decision scores [N,C]) for the rows of X [N,D], in batches of ``batch_size``.
 
-    Memory is bounded by the batch, not by N. The model is evaluated in eval mode (``evaluating``).
+    The decision scores are the likelihood's ``decision_scores`` (argmax = predicted class). Memory is
+    bounded by the batch, not by N. The model is evaluated in eval mode (``evaluating``).
     """
+    lik = model.likelihood
     with evaluating(model):
         Lk = model.chol_Kuu()
         mean_w, chol_w = _whiten(q, Lk)
-        out = []
+        lps, scores = [], []
         for start in range(0, X.shape[0], batch_size):
             m, v = whitened_marginals(model, mean_w, chol_w, X[start:start + batch_size], Lk)
-            out.append(model.likelihood.predict_log_proba(m, v))
-    return torch.cat(out, 0)
+            lp = lik.predict_log_proba(m, v)
+            lps.append(lp)
+            scores.append(lik.decision_scores(m, v, lp))
+    return torch.cat(lps, 0), torch.cat(scores, 0)
 
 
-@torch.no_grad()
-def predict_mean(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-    """Posterior means of the latent functions at the rows of X [N,D], in batches: [N,L] (eval mode)."""
-    with evaluating(model):
-        Lk = model.chol_Kuu()
-        mean_w, chol_w = _whiten(q, Lk)
-        out = [whitened_marginals(model, mean_w, chol_w, X[a:a + batch_size], Lk)[0]
-               for a in range(0, X.shape[0], batch_size)]
-    return torch.cat(out, 0)
+def predict_log_proba(model: SparseGP, q: InducingPosterior, X: torch.Tensor, batch_size: int = 4096
+                      ) -> torch.Tensor:
+    """log p(y* = c | x*) for every row of X [N,D] and class c: [N,C] (``predict``'s first output)."""
+    return predict(model, q, X, batch_size)[0]
