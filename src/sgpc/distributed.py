@@ -109,6 +109,9 @@ def _worker(rank: int, world_size: int, init_file: str, out_dir: str, backend: s
         result = fn(Communicator(rank, world_size), *args)
         with open(os.path.join(out_dir, f"result{rank}.pkl"), "wb") as f:
             pickle.dump(result, f)
+        # every rank is past its last collective before any tears the group down: without this gloo
+        # occasionally aborted a rank at exit ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
