@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from sgpc import kernels as K
+from sgpc.gaussian import NotPositiveDefiniteError
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP
 from sgpc.train import CheckpointError, TrainSettings, fit, load_checkpoint
@@ -128,8 +129,43 @@ def test_divergence_raises_a_clear_error():
     model, X, y = problem()
     engine = _NaNAfter()
     state = engine.init(model, X, y, torch.Generator())
-    with pytest.raises(FloatingPointError, match="step 2.*learning_rate"):
-        fit(model, engine, state, X, y, TrainSettings(max_iter=10), generator=torch.Generator())
+    with pytest.raises(FloatingPointError, match="objective became nan.*20 step.*rejected.*learning_rate"):
+        fit(model, engine, state, X, y, TrainSettings(max_iter=100), generator=torch.Generator())
+
+
+class _FailsOnce(VI):
+    """VI whose update raises NotPositiveDefiniteError at one step (as K_uu does after too long a
+    hyper-parameter step); records the length-scales each loss is evaluated at."""
+
+    def __init__(self, fail_at):
+        super().__init__()
+        object.__setattr__(self, "fail_at", fail_at)
+        object.__setattr__(self, "seen", [])
+
+    def update(self, model, state, X, y, n_total, idx=None):
+        self.seen.append(model.kernel.raw_lengthscale.detach().clone())
+        if len(self.seen) == self.fail_at:
+            raise NotPositiveDefiniteError("K_uu is not positive definite (injected)")
+        return state
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adaptive", "lbfgs"])
+def test_a_step_that_breaks_the_factorisation_is_rolled_back_not_fatal(optimizer):
+    model, X, y = problem()
+    engine = _FailsOnce(fail_at=4)
+    state = engine.init(model, X, y, torch.Generator())
+    state, hist = fit(model, engine, state, X, y, TrainSettings(optimizer=optimizer, learning_rate=0.05, max_iter=8),
+                      generator=torch.Generator())
+    # the failing 4th iteration is not in the history; the 5th starts from the parameters of the 3rd
+    assert hist.iteration == [1, 2, 3, 5, 6, 7, 8]
+    assert torch.equal(engine.seen[4], engine.seen[2]) and not torch.equal(engine.seen[3], engine.seen[2])
+    assert [e["rejected"] for e in hist.events] == [1] and "injected" in hist.events[0]["reason"]
+    # the retried step is shorter: the learning rates were halved
+    first = (engine.seen[3] - engine.seen[2]).abs().max()
+    retried = (engine.seen[5] - engine.seen[4]).abs().max()
+    if optimizer == "adam":            # Adam's first steps have size ≈ lr per element
+        assert retried < 0.75 * first
+    assert all(torch.isfinite(torch.tensor(hist.objective)))
 
 
 def test_max_time_stops_the_loop_and_validates_the_last_step():

@@ -11,6 +11,11 @@ objective/time/validation metrics, a progress bar (tqdm), and checkpoints that c
 The optimiser minimises loss / N (per-datum scale, so learning rates and L-BFGS tolerances do
 not depend on N); the history records the objective itself (= −loss).
 
+A step that goes too far — the next K_uu or q does not factorise, or the objective is not finite — is
+rejected, not fatal: the parameters go back to the last ones with a finite objective, every learning
+rate is halved, and the rejection is an event in the history (``History.events``, key "rejected").
+After 20 rejections in a row the fit stops with a ``FloatingPointError`` that says so.
+
 Data-parallel training (``comm``, a ``distributed.Communicator``): every rank draws the same global
 minibatch from the same generator and processes its shard; the engine's closed-form step and the
 gradients are all-reduced (see ``distributed``), so every rank takes the same optimiser step.
@@ -31,6 +36,8 @@ from typing import Callable
 
 import torch
 from torch import nn
+
+from .gaussian import NotPositiveDefiniteError
 
 __all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
@@ -249,6 +256,43 @@ def refresh(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, c
     return engine.apply(model, state, total)
 
 
+class _Diverged(ArithmeticError):
+    """The objective of a step was not finite."""
+
+
+_MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each time) before giving up
+
+
+def _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params) -> torch.Tensor:
+    """One optimiser step on the minibatch; returns the per-datum loss (before the step)."""
+    def closure():
+        opt.zero_grad(set_to_none=True)
+        loss = engine.loss(model, state, Xb, yb, N, idx) / N
+        if comm is not None:
+            loss = loss * weight
+        loss.backward()
+        if comm is not None:
+            return comm.reduce(params, loss.detach())
+        return loss
+
+    return opt.step(closure)
+
+
+@torch.no_grad()
+def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
+    """Restore the parameters to ``values`` and halve every learning rate (for the sign-adaptive rule,
+    each per-element rate; L-BFGS also forgets its curvature pairs, which the rejected step polluted)."""
+    for p, v in zip(params, values):
+        p.copy_(v)
+    for group in opt.param_groups:
+        group["lr"] *= 0.5
+    if isinstance(opt, torch.optim.LBFGS):
+        opt.state.clear()
+    for st in opt.state.values():
+        if "rate" in st:
+            st["rate"].mul_(0.5)
+
+
 def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
@@ -318,35 +362,41 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                    dynamic_ncols=True, leave=True)
 
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
+    last_good, rejected, in_a_row = None, 0, 0
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
-        if comm is None:
-            state = engine.update(model, state, Xb, yb, N, idx)
-            weight = 1.0
-        else:       # this rank's shard of the global minibatch; loss weight |B_r|/|B| (see distributed)
-            Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
-            state = comm.update(engine, model, state, Xb, yb, N, idx)
-
-        def closure():
-            opt.zero_grad(set_to_none=True)
-            loss = engine.loss(model, state, Xb, yb, N, idx) / N
-            if comm is not None:
-                loss = loss * weight
-            loss.backward()
-            if comm is not None:
-                return comm.reduce(params, loss.detach())
-            return loss
-
-        per_datum = opt.step(closure)
-        objective = -float(per_datum.detach()) * N
-        if not math.isfinite(objective):
-            raise FloatingPointError(
-                f"the objective became {objective} at step {step}; lower learning_rate or use dtype='float64'")
+        try:
+            if comm is None:
+                state = engine.update(model, state, Xb, yb, N, idx)
+                weight = 1.0
+            else:   # this rank's shard of the global minibatch; loss weight |B_r|/|B| (see distributed)
+                Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
+                state = comm.update(engine, model, state, Xb, yb, N, idx)
+            before = [p.detach().clone() for p in params]
+            per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
+            objective = -float(per_datum.detach()) * N
+            if not math.isfinite(objective):
+                raise _Diverged(f"the objective became {objective} at step {step}")
+        except (NotPositiveDefiniteError, _Diverged) as exc:
+            # The hyper-parameter step before this one went too far (K_uu or q no longer factorises, or the
+            # objective is not finite): go back to the last parameters whose objective was finite, halve the
+            # learning rates and carry on; every rejection is an event in the history.
+            in_a_row += 1
+            if last_good is None or in_a_row > _MAX_REJECTED:
+                raise FloatingPointError(f"{exc}; {in_a_row - 1} step(s) rejected and retried with halved learning "
+                                         "rates; lower learning_rate or use dtype='float64'") from exc
+            _roll_back(opt, params, last_good)
+            rejected += 1
+            history.events.append({"iteration": step + 1, "skipped": int(getattr(state, "skipped", 0)),
+                                   "redamped": int(getattr(state, "redamped", 0)), "rejected": rejected,
+                                   "reason": str(exc).split(";")[0][:200]})
+            continue
+        last_good, in_a_row = before, 0
         if getattr(state, "skipped", 0) or getattr(state, "redamped", 0):
             last = history.events[-1] if history.events else {"skipped": 0, "redamped": 0}
             if (state.skipped, state.redamped) != (last["skipped"], last["redamped"]):
                 history.events.append({"iteration": step + 1, "skipped": int(state.skipped),
-                                       "redamped": int(state.redamped)})
+                                       "redamped": int(state.redamped), "rejected": rejected})
         history.iteration.append(step + 1)
         history.objective.append(objective)
         history.time.append(time.perf_counter() - t0)
