@@ -138,3 +138,42 @@ def test_rpapep_and_apep_gradients_finite_differences(alpha):
         return torch.func.functional_call(Both(), {f"{k}.{n}": v for (k, n), v in zip(names, ps)}, (X, y))
 
     assert torch.autograd.gradcheck(f, vals, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def test_pd_step_limit_is_the_exact_edge_of_the_pd_cone():
+    from sgpc.ep import pd_step_limit
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(4, 6, 6, generator=g, dtype=torch.float64)
+    P0 = A @ A.mT + 0.5 * torch.eye(6, dtype=torch.float64)
+    B = torch.randn(4, 6, 6, generator=g, dtype=torch.float64)
+    D = B + B.mT
+    D[3] = B[3] @ B[3].mT                                   # a PSD direction: every ρ > 0 keeps PD
+    rho = pd_step_limit(P0, P0 + D)
+    assert torch.isinf(rho[3]) and torch.isfinite(rho[:3]).all() and (rho[:3] > 0).all()
+    lam = lambda r: torch.linalg.eigvalsh(P0[:3] + r[:, None, None] * D[:3])[:, 0]
+    assert (lam(0.999 * rho[:3]) > 0).all() and (lam(1.001 * rho[:3]) < 0).all()
+
+
+def test_power_ep_at_small_alpha_updates_sites_instead_of_skipping_them():
+    # At α → 0 the label slot of a robust-max factor gets a negative site precision (the factor is not
+    # log-concave); one parallel step over 600 points then leaves the PD cone for any damping down to
+    # 0.5/2⁶, and the halving rule skipped every site, forever. The damping bounded by pd_step_limit moves.
+    g = torch.Generator().manual_seed(0)
+    N, C, M = 600, 6, 10
+    X = torch.randn(N, 2, generator=g, dtype=torch.float64)
+    y = (X @ torch.randn(2, C, generator=g, dtype=torch.float64)).argmax(1)
+    model = SparseGP(K.RBF(2, C, noise=1e-3), RobustMax(C), X[:M].clone())
+    ep = EP(alpha=1e-3, factor="likelihood")
+    st = ep.init(model, X, y, None)
+    for _ in range(5):
+        st = ep.update(model, st, X, y, N)
+    assert st.skipped == 0 and (st.c1 < 0).any() and (st.c1 > 0).any()
+    from sgpc.ep import TiedSites, q_state
+    q = q_state(model, TiedSites(st.Lam, st.h))                # proper
+    assert torch.isfinite(q.cov).all()
+    # the tied sums still equal the stored per-point slots (the next replacement subtracts them)
+    fac = ep.factors(model, y)
+    from sgpc.ep import per_latent
+    d1 = per_latent(st.c1, fac.latent, C)
+    Vt = st.V.transpose(0, 1)
+    torch.testing.assert_close(st.Lam, Vt.mT @ (d1[..., None] * Vt), rtol=1e-8, atol=1e-8)

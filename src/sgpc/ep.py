@@ -142,6 +142,26 @@ def _is_pd(P: torch.Tensor) -> bool:
     return not bool((torch.linalg.cholesky_ex(P)[1] > 0).any())
 
 
+def pd_step_limit(P0: torch.Tensor, P1: torch.Tensor) -> torch.Tensor:
+    """Per matrix of the batch, sup{ρ > 0 : P0 + ρ(P1 − P0) is positive definite} for PD P0: [...] (inf if all ρ).
+
+    With P0 = L Lᵀ, P0 + ρD = L (I + ρ L⁻¹DL⁻ᵀ) Lᵀ is PD iff 1 + ρ λ_min(L⁻¹DL⁻ᵀ) > 0. A damped site step is
+    affine in the damping ρ, so this bounds the damping that keeps q (or a cavity) proper exactly, instead
+    of by repeated halving — the non-log-concave factors of Power EP at small α give the label slot a
+    negative site precision (alpha paper §3.1), and a full parallel step then leaves the PD cone.
+    """
+    L0 = torch.linalg.cholesky(P0)
+    D = P1 - P0
+    S = solve_lower(L0, solve_lower(L0, D).mT)                          # L⁻¹ D L⁻ᵀ
+    lam_min = torch.linalg.eigvalsh(0.5 * (S + S.mT))[..., 0]
+    return torch.where(lam_min < 0, -1.0 / lam_min.clamp_max(-torch.finfo(S.dtype).tiny),
+                       torch.full_like(lam_min, math.inf))
+
+
+# fraction of the PD limit a damped step may use: stays clear of a nearly singular q
+PD_MARGIN = 0.5
+
+
 def _whitened_precision(Lk: torch.Tensor, sites: TiedSites) -> tuple[torch.Tensor, torch.Tensor]:
     """P = I + L_KᵀΛ̃L_K [L,M,M] and b = L_Kᵀh̃ [L,M]."""
     eye = torch.eye(Lk.shape[-1], dtype=Lk.dtype, device=Lk.device)
@@ -384,20 +404,40 @@ class EP:
         c1_new, c2_new, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), a)
         ok = ok & cav_ok
         skipped = int((fac.mask & ~ok).sum())
-        rho = self._damping(state.step)
+        # θ̃(ρ) = θ̃₀ + ρ Δθ̃ per latent function: θ̃₀ has the old sites moved to the new directions V, Δθ̃
+        # the change to the new site values. The damping ρ is bounded per latent so that q stays proper
+        # (pd_step_limit), then halved as a safety net should rounding still break definiteness.
+        L = model.n_latent
+        c1_t = torch.where(ok[..., None], c1_new, c1_old)
+        c2_t = torch.where(ok[..., None], c2_new, c2_old)
+        Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent)
+        dd1 = per_latent(c1_t - c1_old, fac.latent, L)
+        dd2 = per_latent(c2_t - c2_old, fac.latent, L)
+        dLam = V.mT @ (dd1[..., None] * V)
+        dLam = 0.5 * (dLam + dLam.mT)
+        dh = (dd2[..., None] * V).sum(1)
+        P0, _ = _whitened_precision(q.Lk, TiedSites(Lam0, h0))
+        dP = q.Lk.mT @ dLam @ q.Lk
+        dP = 0.5 * (dP + dP.mT)
+        rho = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
         redamped = 0
+        if _is_pd(P0):
+            limit = PD_MARGIN * pd_step_limit(P0, P0 + dP)
+            redamped += int(bool((limit < rho).any()))
+            rho = torch.minimum(rho, limit)
         for _ in range(6):
-            c1 = torch.where(ok[..., None], (1 - rho) * c1_old + rho * c1_new, c1_old)
-            c2 = torch.where(ok[..., None], (1 - rho) * c2_old + rho * c2_new, c2_old)
-            Lam, h = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1, c2, fac.latent)
-            P, _ = _whitened_precision(q.Lk, TiedSites(Lam, h))
-            if not bool((torch.linalg.cholesky_ex(P)[1] > 0).any()):
+            if _is_pd(P0 + rho[:, None, None] * dP):
                 break
-            rho *= 0.5                      # the update would make q non-positive-definite: re-damp
+            rho = 0.5 * rho                 # the update would make q non-positive-definite: re-damp
             redamped += 1
         else:
             return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
                            redamped=state.redamped + redamped)
+        r = rho[fac.latent]                                             # [B,F,T]: each slot its latent's ρ
+        c1 = c1_old + r * (c1_t - c1_old)
+        c2 = c2_old + r * (c2_t - c2_old)
+        Lam = Lam0 + rho[:, None, None] * dLam
+        h = h0 + rho[:, None] * dh
         # The per-site arrays are O(N·L·M): they are written in place (only the minibatch's rows), so
         # that a minibatch step costs O(B) and not a copy of every site; the returned state shares them.
         state.V[idx] = V.transpose(0, 1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions,
-                 g_difference, make_factors, per_latent, q_state, site_update, _is_pd)
+                 g_difference, make_factors, per_latent, pd_step_limit, q_state, site_update, _is_pd, PD_MARGIN)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -162,18 +162,31 @@ class SEP:
         cav_Lk = model.chol_Kuu()
         skipped, n_slots = int(inc.counts[0]), int(inc.counts[1])
         frac = (inc.n_b / state.counts.clamp_min(1.0))
-        rho = max(self.damping * self.decay ** state.step, self.min_damping)
+        dLam = inc.Lam - frac[:, None, None] * state.Lam
+        dLam = 0.5 * (dLam + dLam.mT)
+        dh = inc.h - frac[:, None] * state.h
+        keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))[:, None, None]
+        P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
+        dP = cav_Lk.mT @ dLam @ cav_Lk
+        dP = 0.5 * (dP + dP.mT)
+        rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, self.min_damping))
         redamped = 0
+        # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied
+        # site): bound ρ per latent function so that both stay proper (ep.pd_step_limit), then halve
+        # as a safety net
+        eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
+        Pc0 = eye + keep * (P0 - eye)
+        if _is_pd(P0) and _is_pd(Pc0):
+            limit = PD_MARGIN * torch.minimum(pd_step_limit(P0, P0 + dP), pd_step_limit(Pc0, Pc0 + keep * dP))
+            redamped += int(bool((limit < rho).any()))
+            rho = torch.minimum(rho, limit)
         for _ in range(6):
-            Lam = state.Lam + rho * (inc.Lam - frac[:, None, None] * state.Lam)
-            h = state.h + rho * (inc.h - frac[:, None] * state.h)
-            Lam = 0.5 * (Lam + Lam.mT)
-            P, _ = _whitened_precision(cav_Lk, TiedSites(Lam, h))
-            Pc, _ = _whitened_precision(cav_Lk, self._cavity_sites(replace(state, Lam=Lam, h=h)))
-            if not bool((torch.linalg.cholesky_ex(P)[1] > 0).any() or (torch.linalg.cholesky_ex(Pc)[1] > 0).any()):
-                return SEPState(Lam=Lam, h=h, counts=state.counts, step=state.step + 1,
-                                skipped=state.skipped + skipped, redamped=state.redamped + redamped)
-            rho *= 0.5
+            r = rho[:, None, None]
+            if _is_pd(P0 + r * dP) and _is_pd(Pc0 + keep * r * dP):
+                return SEPState(Lam=state.Lam + r * dLam, h=state.h + rho[:, None] * dh, counts=state.counts,
+                                step=state.step + 1, skipped=state.skipped + skipped,
+                                redamped=state.redamped + redamped)
+            rho = 0.5 * rho
             redamped += 1
         return replace(state, step=state.step + 1, skipped=state.skipped + n_slots,
                        redamped=state.redamped + redamped)
