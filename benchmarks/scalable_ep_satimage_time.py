@@ -11,11 +11,12 @@ Writes results/scalable_ep_satimage_time.json and results/scalable_ep_satimage_t
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import torch
 
-from _common import write
+from _common import RESULTS, write
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
 
@@ -30,9 +31,16 @@ def main():
     ap.add_argument("--iters", type=int, default=250)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the other methods' curves already in results/scalable_ep_satimage_time.json "
+                         "(add GFITC to an existing SEP/EP/VI run); their configs are kept under 'earlier'")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    curves = []
+    curves, earlier = [], []
+    if args.keep and (RESULTS / "scalable_ep_satimage_time.json").exists():
+        old = json.loads((RESULTS / "scalable_ep_satimage_time.json").read_text())
+        curves = [c for c in old["curves"] if c["method"] not in args.methods]
+        earlier = old.get("earlier", []) + [old["config"]]
     for seed in range(args.splits):
         Xtr, Xte, ytr, yte = train_test("satimage", seed=seed)
         for M in args.ms:
@@ -47,15 +55,17 @@ def main():
                                "nll": [r["nll"] for r in v], "error": [r["error"] for r in v]})
                 print(f"M={M:3d} {method:5s} seed={seed}: final nll {v[-1]['nll']:.3f} err {v[-1]['error']:.3f} "
                       f"after {v[-1]['time']:.1f}s", flush=True)
-    path = write("scalable_ep_satimage_time", {"config": vars(args), "curves": curves})
+    path = write("scalable_ep_satimage_time", {"config": vars(args), "earlier": earlier, "curves": curves})
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, len(args.ms), figsize=(3.2 * len(args.ms), 3), sharey=True)
         for ax, M in zip(np.atleast_1d(axes), args.ms):
-            for method in args.methods:
+            for method in dict.fromkeys(c["method"] for c in curves):
                 cs = [c for c in curves if c["M"] == M and c["method"] == method]
+                if not cs:
+                    continue
                 ax.plot(np.mean([c["time"] for c in cs], 0), np.mean([c["nll"] for c in cs], 0), label=method.upper())
             ax.set_xscale("log")
             ax.set_title(f"satimage, M = {M}")
