@@ -405,8 +405,8 @@ class EP:
         ok = ok & cav_ok
         skipped = int((fac.mask & ~ok).sum())
         # θ̃(ρ) = θ̃₀ + ρ Δθ̃ per latent function: θ̃₀ has the old sites moved to the new directions V, Δθ̃
-        # the change to the new site values. The damping ρ is bounded per latent so that q stays proper
-        # (pd_step_limit), then halved as a safety net should rounding still break definiteness.
+        # the change to the new site values. ρ is capped per latent at PD_MARGIN × the largest step that keeps
+        # q proper (pd_step_limit), then halved as a safety net should rounding still break definiteness.
         L = model.n_latent
         c1_t = torch.where(ok[..., None], c1_new, c1_old)
         c2_t = torch.where(ok[..., None], c2_new, c2_old)
@@ -421,14 +421,15 @@ class EP:
         dP = 0.5 * (dP + dP.mT)
         rho = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
         redamped = 0
-        if _is_pd(P0):
-            limit = PD_MARGIN * pd_step_limit(P0, P0 + dP)
-            redamped += int(bool((limit < rho).any()))
-            rho = torch.minimum(rho, limit)
+        # ρ ≤ margin · limit ⇔ P0 + (ρ/margin) ΔP is PD (and then so is P0 + ρΔP): one Cholesky in the
+        # common case, the eigenvalues only when the step has to be shortened
+        if _is_pd(P0) and not _is_pd(P0 + (rho / PD_MARGIN)[:, None, None] * dP):
+            rho = torch.minimum(rho, PD_MARGIN * pd_step_limit(P0, P0 + dP))
+            redamped += 1
         for _ in range(6):
             if _is_pd(P0 + rho[:, None, None] * dP):
                 break
-            rho = 0.5 * rho                 # the update would make q non-positive-definite: re-damp
+            rho = 0.5 * rho                 # rounding still breaks definiteness (or P0 was not PD): re-damp
             redamped += 1
         else:
             return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),

@@ -158,7 +158,7 @@ class SEP:
 
     @torch.no_grad()
     def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement) -> SEPState:
-        """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], halving ρ until q and the cavity stay PD."""
+        """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD."""
         cav_Lk = model.chol_Kuu()
         skipped, n_slots = int(inc.counts[0]), int(inc.counts[1])
         frac = (inc.n_b / state.counts.clamp_min(1.0))
@@ -172,17 +172,21 @@ class SEP:
         rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, self.min_damping))
         redamped = 0
         # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied
-        # site): bound ρ per latent function so that both stay proper (ep.pd_step_limit), then halve
-        # as a safety net
+        # site): ρ is capped per latent at PD_MARGIN × the largest step that keeps both proper
+        # (ep.pd_step_limit), then halved as a safety net
         eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
         Pc0 = eye + keep * (P0 - eye)
-        if _is_pd(P0) and _is_pd(Pc0):
-            limit = PD_MARGIN * torch.minimum(pd_step_limit(P0, P0 + dP), pd_step_limit(Pc0, Pc0 + keep * dP))
-            redamped += int(bool((limit < rho).any()))
-            rho = torch.minimum(rho, limit)
+        def proper(r):
+            return _is_pd(P0 + r * dP) and _is_pd(Pc0 + keep * r * dP)
+
+        # ρ ≤ margin · limit ⇔ the step of ρ/margin stays PD: one Cholesky each in the common case
+        if _is_pd(P0) and _is_pd(Pc0) and not proper((rho / PD_MARGIN)[:, None, None]):
+            rho = torch.minimum(rho, PD_MARGIN * torch.minimum(pd_step_limit(P0, P0 + dP),
+                                                               pd_step_limit(Pc0, Pc0 + keep * dP)))
+            redamped += 1
         for _ in range(6):
             r = rho[:, None, None]
-            if _is_pd(P0 + r * dP) and _is_pd(Pc0 + keep * r * dP):
+            if proper(r):
                 return SEPState(Lam=state.Lam + r * dLam, h=state.h + rho[:, None] * dh, counts=state.counts,
                                 step=state.step + 1, skipped=state.skipped + skipped,
                                 redamped=state.redamped + redamped)
