@@ -358,7 +358,7 @@ class EP:
         return max(self.damping * self.decay ** step, self.min_damping)
 
     @torch.no_grad()
-    def restore(self, model: SparseGP, state: EPState) -> EPState:
+    def restore(self, model: SparseGP, state: EPState, Lk: torch.Tensor | None = None) -> EPState:
         """Make q(u) proper again after a hyper-parameter step, shrinking the negative-precision sites.
 
         Sites are checked for positive-definiteness against the kernel of the step they were computed
@@ -367,7 +367,7 @@ class EP:
         then raised to a power γ = ½, ¼, … (0 at worst, which leaves a sum of positive sites: always
         PD); each shrink counts as one re-damping in the fit history.
         """
-        Lk = model.chol_Kuu()
+        Lk = model.chol_Kuu() if Lk is None else Lk
         if _is_pd(_whitened_precision(Lk, TiedSites(state.Lam, state.h))[0]) or state.y is None:
             return state
         L = model.n_latent
@@ -391,9 +391,10 @@ class EP:
         """One parallel damped EP update of the factors of the minibatch (App. E)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        state = self.restore(model, state)
+        Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
+        state = self.restore(model, state, Lk)
         sites = TiedSites(state.Lam, state.h)
-        q = q_state(model, sites)
+        q = q_state(model, sites, Lk)
         V, s = directions(model, X, q.Lk)                                # [L,B,M], [L,B]
         V_old = state.V[idx].transpose(0, 1)
         c1_old, c2_old = state.c1[idx], state.c2[idx]

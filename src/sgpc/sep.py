@@ -111,18 +111,19 @@ class SEP:
     @torch.no_grad()
     def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> SEPState:
         """One parallel damped SEP update over the minibatch: ``apply(increment(...))``."""
-        state = self.restore(model, state)
-        return self.apply(model, state, self.increment(model, state, X, y))
+        Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
+        state = self.restore(model, state, Lk)
+        return self.apply(model, state, self.increment(model, state, X, y, Lk), Lk)
 
     @torch.no_grad()
-    def restore(self, model: SparseGP, state: SEPState) -> SEPState:
+    def restore(self, model: SparseGP, state: SEPState, Lk: torch.Tensor | None = None) -> SEPState:
         """Make q and the cavity proper again after a hyper-parameter step changed K_uu.
 
         The tied site is checked for definiteness against the kernel it was updated with; if the
         new kernel breaks it, the site is raised to the power γ = ½, ¼, … (0 at worst: q = prior),
         counted as one re-damping.
         """
-        Lk = model.chol_Kuu()
+        Lk = model.chol_Kuu() if Lk is None else Lk
 
         def proper(st):
             P, _ = _whitened_precision(Lk, TiedSites(st.Lam, st.h))
@@ -138,11 +139,11 @@ class SEP:
         return replace(trial, redamped=state.redamped + 1)
 
     @torch.no_grad()
-    def increment(self, model: SparseGP, state: SEPState, X, y) -> SEPIncrement:
+    def increment(self, model: SparseGP, state: SEPState, X, y, Lk: torch.Tensor | None = None) -> SEPIncrement:
         """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
         minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
         fac = self.factors(model, y)
-        cav = q_state(model, self._cavity_sites(state))
+        cav = q_state(model, self._cavity_sites(state), Lk)
         V, s = directions(model, X, cav.Lk)
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
@@ -157,9 +158,9 @@ class SEP:
                             n_b=per_latent(used, fac.latent, L).sum(1), counts=counts)
 
     @torch.no_grad()
-    def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement) -> SEPState:
+    def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None) -> SEPState:
         """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD."""
-        cav_Lk = model.chol_Kuu()
+        cav_Lk = model.chol_Kuu() if Lk is None else Lk
         skipped, n_slots = int(inc.counts[0]), int(inc.counts[1])
         frac = (inc.n_b / state.counts.clamp_min(1.0))
         dLam = inc.Lam - frac[:, None, None] * state.Lam
