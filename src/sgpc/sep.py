@@ -201,11 +201,15 @@ class SEP:
         fac = self.factors(model, y)
         sites = TiedSites(state.Lam, state.h)
         Lk = model.chol_Kuu()
-        global_term = g_difference(Lk, sites).sum()
+        g_q = g_difference(Lk, sites)                                    # [L], differentiable
+        global_term = g_q.sum()
         with torch.no_grad():
             cav = q_state(model, self._cavity_sites(state), Lk.detach())
-            # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it
-            G = g_difference(Lk.detach(), self._cavity_sites(state)) - g_difference(Lk.detach(), sites)
+            # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it (g of the cavity from
+            # the factor q_state already computed: ½‖L_P⁻¹b‖² − log|L_P|, as g_difference)
+            a = solve_lower(cav.LP, cav.b[..., None])[..., 0]
+            g_cav = 0.5 * (a * a).sum(-1) - torch.log(cav.LP.diagonal(dim1=-2, dim2=-1)).sum(-1)
+            G = g_cav - g_q.detach()
         V, s = directions(model, X, Lk)
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
