@@ -248,7 +248,12 @@ def g_difference(Lk: torch.Tensor, sites: TiedSites) -> torch.Tensor:
     (The Jacobian of w = L_K⁻¹u adds log|L_K| to both g's and cancels.)
     """
     P, b = _whitened_precision(Lk, sites)
-    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+    return g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)
+
+
+def g_whitened(LP: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """½ bᵀP⁻¹b − log|L_P| [L] from the Cholesky factor L_P of P and b (``g_difference``; a ``QState``
+    holds both, so a caller with q already reconstructed pays no second factorisation)."""
     a = solve_lower(LP, b[..., None])[..., 0]
     return 0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions,
-                 g_difference, make_factors, per_latent, pd_step_limit, q_state, site_update, _is_pd, PD_MARGIN)
+                 g_difference, g_whitened, make_factors, per_latent, pd_step_limit, q_state, site_update, _is_pd, PD_MARGIN)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -205,11 +205,8 @@ class SEP:
         global_term = g_q.sum()
         with torch.no_grad():
             cav = q_state(model, self._cavity_sites(state), Lk.detach())
-            # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it (g of the cavity from
-            # the factor q_state already computed: ½‖L_P⁻¹b‖² − log|L_P|, as g_difference)
-            a = solve_lower(cav.LP, cav.b[..., None])[..., 0]
-            g_cav = 0.5 * (a * a).sum(-1) - torch.log(cav.LP.diagonal(dim1=-2, dim2=-1)).sum(-1)
-            G = g_cav - g_q.detach()
+            # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it
+            G = g_whitened(cav.LP, cav.b) - g_q.detach()
         V, s = directions(model, X, Lk)
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
