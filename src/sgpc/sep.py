@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _whitened_precision, cavity_projection, directions,
-                 g_difference, g_whitened, make_factors, per_latent, pd_step_limit, q_state, site_update, _is_pd, PD_MARGIN)
+from .ep import (FACTOR_KINDS, PD_MARGIN, Factors, TiedSites, _gather, _is_pd, _whitened_precision,
+                 cavity_projection, directions, g_difference, g_whitened, make_factors, per_latent, pd_step_limit,
+                 q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
