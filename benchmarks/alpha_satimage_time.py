@@ -12,12 +12,13 @@ Writes results/alpha_satimage_time.json and results/alpha_satimage_time.png (row
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 import numpy as np
 import torch
 
-from _common import write
+from _common import RESULTS, write
 from alpha_uci import OPT
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
@@ -32,9 +33,15 @@ def main():
     ap.add_argument("--iters", type=int, default=250)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--replot", action="store_true", help="redraw the figure from results/alpha_satimage_time.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     curves = []
+    if args.replot:
+        old = json.loads((RESULTS / "alpha_satimage_time.json").read_text())
+        curves, args.splits = old["curves"], 0
+        for key in ("methods", "alphas", "ms"):
+            setattr(args, key, old["config"][key])
     jobs = [(m, a) for m in args.methods for a in args.alphas] + [("vi", None)]
     for seed in range(args.splits):
         Xtr, Xte, ytr, yte = train_test("satimage", seed=seed)
@@ -53,11 +60,13 @@ def main():
                 print(f"M={M:3d} {method:6s} alpha={a} seed={seed}: final nll {v[-1]['nll']:.3f} "
                       f"err {v[-1]['error']:.3f} after {v[-1]['time']:.1f}s", flush=True)
             write("alpha_satimage_time", {"config": vars(args), "curves": curves})
-    path = write("alpha_satimage_time", {"config": vars(args), "curves": curves})
+    path = RESULTS / "alpha_satimage_time.json" if args.replot else \
+        write("alpha_satimage_time", {"config": vars(args), "curves": curves})
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
         fig, axes = plt.subplots(len(args.ms), len(args.methods), figsize=(2.8 * len(args.methods), 2.4 * len(args.ms)),
                                  squeeze=False, sharey="row")
         cmap = plt.get_cmap("viridis")
@@ -72,6 +81,7 @@ def main():
                 if vi:
                     ax.plot(np.mean([c["time"] for c in vi], 0), np.mean([c["nll"] for c in vi], 0), "k--", label="VB")
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())    # unlabelled minor ticks
                 ax.set_title(f"{method.upper()}, M = {M}", fontsize=9)
                 if i == len(args.ms) - 1:
                     ax.set_xlabel("training time (s)")
