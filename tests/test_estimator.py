@@ -218,3 +218,32 @@ def test_every_method_saves_and_loads_exactly(iris, method, tmp_path):
     for name, value in vars(clf.state_).items():
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(getattr(back.state_, name), value, rtol=0, atol=0)
+
+
+def test_initial_lengthscales_scale_with_the_spread_but_no_feature_isolates_a_row():
+    from sgpc.estimator import initial_lengthscales
+    rng = np.random.default_rng(0)
+    N = 100_000
+    H = np.column_stack([rng.normal(0, 1, N), rng.normal(0, 3, N), rng.standard_t(3, N),
+                         (rng.random(N) < 1e-3) * 0.5,            # a "pixel" lit in 0.1% of the rows
+                         np.full(N, 7.0)])                          # a constant column
+    std = H.std(0)
+    ls = initial_lengthscales(H, std)
+    D = H.shape[1]
+    np.testing.assert_allclose(ls[:2], np.sqrt(D) * std[:2])        # Gaussian features: √D · spread
+    dev = np.abs(H - H.mean(0)).max(0)
+    assert std[3] < dev[3] / 20 and ls[3] == pytest.approx(np.sqrt(D) * dev[3] / 20)   # the rare one: floored
+    assert ls[4] == pytest.approx(np.sqrt(D))                       # constant: √D
+    assert (dev[:4] / (ls[:4] / np.sqrt(D)) <= 20 + 1e-9).all()     # no feature moves a row > 20 scaled units
+    Z = (H[:, :2] - H[:, :2].mean(0)) / H[:, :2].std(0)
+    np.testing.assert_allclose(initial_lengthscales(Z, Z.std(0)), np.sqrt(2))  # standardised: unchanged
+
+
+def test_raw_pixel_inputs_fit_without_standardisation():
+    # digits in [0, 1]: with ℓ_d ∝ each pixel's spread the rarely-lit pixels put most images far from every
+    # inducing point and the fit stayed at the prior (90% test error); the median floor fixes the start
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
+    clf = GPClassifier(method="vi", n_inducing=30, max_iter=60, learning_rate=0.05, random_state=0).fit(Xtr, ytr)
+    assert clf.score(Xte, yte) > 0.85

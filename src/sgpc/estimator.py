@@ -49,6 +49,23 @@ _FORMAT = "sgpc-model"
 _VERSION = 1
 
 
+def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Initial ARD length-scales ℓ_d = √D · max(s_d, max_i |h_id − mean_d| / 20) for features H [N,D], spreads s [D].
+
+    Scaling each ℓ_d with its feature's spread makes the start independent of the features' units. The
+    floor matters for inputs like pixels: a pixel lit in a handful of images has a tiny spread, and
+    ℓ_d ∝ s_d alone would put those images (and test images sharing the pixel) many length-scales away
+    from everything through that one feature — on raw digits the fit then stays at the prior (90% test
+    error). With the floor no feature moves a row more than 20 scaled units from the mean. It never binds
+    for a Gaussian-like feature (its largest deviation is ~5 s_d even at 10⁶ rows), so standardised data
+    keep ℓ = √D. A column that is constant up to rounding gets ℓ = √D (not ≈ 0).
+    """
+    D = H.shape[1]
+    constant = std <= 1e-8 * np.maximum(1.0, np.abs(H).max(0))
+    reach = np.abs(H - H.mean(0)).max(0) / 20.0
+    return math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
+
+
 def _features(extractor: torch.nn.Module, X: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
     """h(X) [N,D'] of the initial extractor as float64 numpy, in batches without gradients.
 
@@ -193,7 +210,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             Carlo, the paper's estimate). With 2 classes the softmax prediction is a 1-D Gauss–Hermite
             integral and these are unused.
         init_lengthscale: initial kernel length-scale (a number, all dimensions); None = √D × the
-            standard deviation of each feature. init_variance: initial kernel amplitude σ²
+            standard deviation of each feature, floored so that no single feature isolates a row
+            (``initial_lengthscales``). init_variance: initial kernel amplitude σ²
             (additive-noise-gpc App. D: 0.1√D and 5.0).
         warm_start: when the estimator was fitted before with the same number of classes (and features),
             ``fit`` continues from the previous hyper-parameters, inducing inputs, feature extractor and q
@@ -457,10 +475,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             # hybrid: the spread of the initial features says little about the trained ones (a random CNN maps
             # all images close together): scale by each feature's root mean square instead
             std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
-            # a column that is constant up to rounding (std ~1e-16 after standardisation) gets ℓ = √D,
-            # not ℓ ≈ 0, which would put every other input infinitely far from Z
-            constant = std <= 1e-8 * np.maximum(1.0, np.abs(H).max(0))
-            lengthscale = math.sqrt(H.shape[1]) * np.where(constant, 1.0, std)
+            lengthscale = initial_lengthscales(H, std)
             full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
             Z = X.copy() if full_gp else init_inducing(H, M, self.inducing_init, seed=seed)
             self.model_ = self._build(H.shape[1], len(self.classes_), Z, lengthscale, extractor)
