@@ -106,7 +106,7 @@ def main():
         for r in rows:
             print(f"{method:4s} alpha={alpha} t={r['time']:7.1f}s steps={r['iteration']:6d} err={r['error']:.4f} nll={r['nll']:.4f}")
         reached = next((r["time"] for r in rows if r["nll"] <= TARGET_NLL), None)
-        runs.append({"method": method, "alpha": alpha, "curve": rows, "time_to_nll_0.0725": reached, "lengthscale0": lengthscale})
+        runs.append({"method": method, "alpha": alpha, "curve": rows, "events": hist.events, "time_to_nll_0.0725": reached, "lengthscale0": lengthscale})
         write(args.out, {"config": vars(args), "runs": runs})
     path = write(args.out, {"config": vars(args), "runs": runs})
     try:
