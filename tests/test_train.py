@@ -133,6 +133,28 @@ def test_divergence_raises_a_clear_error():
         fit(model, engine, state, X, y, TrainSettings(max_iter=100), generator=torch.Generator())
 
 
+class _NaNOnce(VI):
+    """VI whose loss is NaN at its third evaluation only (one bad minibatch)."""
+
+    def loss(self, model, state, X, y, n_total, idx=None):
+        self.calls = getattr(self, "calls", 0) + 1
+        out = super().loss(model, state, X, y, n_total, idx)
+        return out * float("nan") if self.calls == 3 else out
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adaptive"])
+def test_one_nan_step_is_rejected_and_the_fit_recovers(optimizer):
+    # the NaN gradient also reaches the optimiser's statistics (Adam's moments): unless they are cleaned,
+    # every later step is NaN and the fit ends after 20 rejections
+    model, X, y = problem()
+    engine = _NaNOnce()
+    state = engine.init(model, X, y, torch.Generator())
+    state, hist = fit(model, engine, state, X, y, TrainSettings(optimizer=optimizer, max_iter=12),
+                      generator=torch.Generator())
+    assert [e["rejected"] for e in hist.events] == [1] and len(hist.iteration) == 11
+    assert torch.isfinite(flat(model, state)).all() and all(torch.isfinite(torch.tensor(hist.objective)))
+
+
 class _FailsOnce(VI):
     """VI whose update raises NotPositiveDefiniteError at one step (as K_uu does after too long a
     hyper-parameter step); records the length-scales each loss is evaluated at."""

@@ -281,7 +281,9 @@ def _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params) -> to
 @torch.no_grad()
 def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
     """Restore the parameters to ``values`` and halve every learning rate (for the sign-adaptive rule,
-    each per-element rate; L-BFGS also forgets its curvature pairs, which the rejected step polluted)."""
+    each per-element rate; L-BFGS also forgets its curvature pairs, which the rejected step polluted).
+    Optimiser statistics that the rejected step made non-finite (Adam's moments after a NaN gradient)
+    are zeroed, or every later step would be NaN too."""
     for p, v in zip(params, values):
         p.copy_(v)
     for group in opt.param_groups:
@@ -291,6 +293,9 @@ def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
     for st in opt.state.values():
         if "rate" in st:
             st["rate"].mul_(0.5)
+        for t in st.values():
+            if torch.is_tensor(t) and t.is_floating_point():
+                torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
