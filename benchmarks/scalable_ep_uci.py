@@ -102,17 +102,21 @@ def main():
     try:
         for name in args.sets:
             for f in args.fractions:
-                for method in args.methods:
-                    for seed in range(args.splits):
+                skip = set()
+                for seed in range(args.splits):           # splits outside: a stopped run keeps whole splits
+                    for method in args.methods:
+                        if method in skip:
+                            continue
                         try:
                             r = run(name, method, f, seed, args.iters)
                         except NotImplementedError as exc:
                             print(f"skip {method}: {exc}")
-                            break
+                            skip.add(method)
+                            continue
                         rows.append(r)
                         print(f"{name:12s} {method:5s} M={r['M']:4d} seed={seed} err={r['error']:.3f} "
                               f"nll={r['nll']:.3f} t={r['time_s']:.1f}s", flush=True)
-                write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})
+                        write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})
     except DataNotFoundError as exc:
         raise SystemExit(str(exc))
     path = write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})
