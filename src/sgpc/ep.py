@@ -162,6 +162,27 @@ def pd_step_limit(P0: torch.Tensor, P1: torch.Tensor) -> torch.Tensor:
 PD_MARGIN = 0.5
 
 
+def pd_damping(rho: torch.Tensor, cones: list) -> tuple[torch.Tensor | None, int]:
+    """Damping per latent function [L] for a step θ(ρ) whose precisions are P0 + ρ ΔP for each (P0, ΔP) in
+    ``cones`` (q, and for SEP the cavity): ρ capped at PD_MARGIN × ``pd_step_limit`` — checked with one
+    Cholesky at ρ/margin in the common case — then halved up to 6 times should rounding still break
+    definiteness. Returns (ρ, number of re-dampings), ρ None when no damping keeps every P proper."""
+    def proper(r):
+        return all(_is_pd(P0 + r[:, None, None] * dP) for P0, dP in cones)
+
+    redamped = 0
+    if all(_is_pd(P0) for P0, _ in cones) and not proper(rho / PD_MARGIN):
+        limit = torch.stack([pd_step_limit(P0, P0 + dP) for P0, dP in cones]).amin(0)
+        rho = torch.minimum(rho, PD_MARGIN * limit)
+        redamped += 1
+    for _ in range(6):
+        if proper(rho):
+            return rho, redamped
+        rho = 0.5 * rho
+        redamped += 1
+    return None, redamped
+
+
 def _whitened_precision(Lk: torch.Tensor, sites: TiedSites) -> tuple[torch.Tensor, torch.Tensor]:
     """P = I + L_KᵀΛ̃L_K [L,M,M] and b = L_Kᵀh̃ [L,M]."""
     eye = torch.eye(Lk.shape[-1], dtype=Lk.dtype, device=Lk.device)
@@ -426,18 +447,8 @@ class EP:
         dP = q.Lk.mT @ dLam @ q.Lk
         dP = 0.5 * (dP + dP.mT)
         rho = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
-        redamped = 0
-        # ρ ≤ margin · limit ⇔ P0 + (ρ/margin) ΔP is PD (and then so is P0 + ρΔP): one Cholesky in the
-        # common case, the eigenvalues only when the step has to be shortened
-        if _is_pd(P0) and not _is_pd(P0 + (rho / PD_MARGIN)[:, None, None] * dP):
-            rho = torch.minimum(rho, PD_MARGIN * pd_step_limit(P0, P0 + dP))
-            redamped += 1
-        for _ in range(6):
-            if _is_pd(P0 + rho[:, None, None] * dP):
-                break
-            rho = 0.5 * rho                 # rounding still breaks definiteness (or P0 was not PD): re-damp
-            redamped += 1
-        else:
+        rho, redamped = pd_damping(rho, [(P0, dP)])
+        if rho is None:
             return replace(state, step=state.step + 1, skipped=state.skipped + int(fac.mask.sum()),
                            redamped=state.redamped + redamped)
         r = rho[fac.latent]                                             # [B,F,T]: each slot its latent's ρ

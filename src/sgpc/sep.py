@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (FACTOR_KINDS, PD_MARGIN, Factors, TiedSites, _gather, _is_pd, _whitened_precision,
-                 cavity_projection, directions, g_difference, g_whitened, make_factors, per_latent, pd_step_limit,
+from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _is_pd, _whitened_precision,
+                 cavity_projection, directions, g_difference, g_whitened, make_factors, pd_damping, per_latent,
                  q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
@@ -172,30 +172,16 @@ class SEP:
         dP = cav_Lk.mT @ dLam @ cav_Lk
         dP = 0.5 * (dP + dP.mT)
         rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, self.min_damping))
-        redamped = 0
-        # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied
-        # site): ρ is capped per latent at PD_MARGIN × the largest step that keeps both proper
-        # (ep.pd_step_limit), then halved as a safety net
+        # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied site)
         eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
         Pc0 = eye + keep * (P0 - eye)
-        def proper(r):
-            return _is_pd(P0 + r * dP) and _is_pd(Pc0 + keep * r * dP)
-
-        # ρ ≤ margin · limit ⇔ the step of ρ/margin stays PD: one Cholesky each in the common case
-        if _is_pd(P0) and _is_pd(Pc0) and not proper((rho / PD_MARGIN)[:, None, None]):
-            rho = torch.minimum(rho, PD_MARGIN * torch.minimum(pd_step_limit(P0, P0 + dP),
-                                                               pd_step_limit(Pc0, Pc0 + keep * dP)))
-            redamped += 1
-        for _ in range(6):
-            r = rho[:, None, None]
-            if proper(r):
-                return SEPState(Lam=state.Lam + r * dLam, h=state.h + rho[:, None] * dh, counts=state.counts,
-                                step=state.step + 1, skipped=state.skipped + skipped,
-                                redamped=state.redamped + redamped)
-            rho = 0.5 * rho
-            redamped += 1
-        return replace(state, step=state.step + 1, skipped=state.skipped + n_slots,
-                       redamped=state.redamped + redamped)
+        rho, redamped = pd_damping(rho, [(P0, dP), (Pc0, keep * dP)])
+        if rho is None:
+            return replace(state, step=state.step + 1, skipped=state.skipped + n_slots,
+                           redamped=state.redamped + redamped)
+        return SEPState(Lam=state.Lam + rho[:, None, None] * dLam, h=state.h + rho[:, None] * dh,
+                        counts=state.counts, step=state.step + 1, skipped=state.skipped + skipped,
+                        redamped=state.redamped + redamped)
 
     def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
         """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62)."""
