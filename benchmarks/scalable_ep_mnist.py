@@ -35,7 +35,7 @@ TARGET_NLL = 0.0725
 ALPHA_METHODS = ("pep", "apep", "arpep", "rpapep")
 
 
-def make_engine(method: str, alpha: float | None):
+def make_engine(method: str, alpha: float | None, sep_log_z: str = "local"):
     """The engine of ``method`` (robust-max pairwise factors for EP/SEP, as §4.4; α-methods as the estimator)."""
     if method == "pep":
         return EP(alpha=alpha, factor="likelihood")
@@ -45,7 +45,7 @@ def make_engine(method: str, alpha: float | None):
         return VI(alpha=alpha)
     if method == "rpapep":
         return VI(alpha=alpha, objective="rpapep")
-    return {"ep": EP(), "sep": SEP(), "vi": VI()}[method]
+    return {"ep": EP(), "sep": SEP(log_z=sep_log_z), "vi": VI()}[method]
 
 
 def main():
@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help='"cpu" or "cuda"')
+    ap.add_argument("--sep-log-z", default="local", choices=["local", "tied"],
+                    help="SEP's log Z_q estimate for the hyper-parameter gradient (sgpc.sep; 'tied' before 2026-11-23)")
     ap.add_argument("--out", default="scalable_ep_mnist", help="results/<out>.json")
     ap.add_argument("--scale", default="standardize", choices=["standardize", "unit"],
                     help="standardize: per-pixel zero mean / unit std (length-scales start at sqrt(D)); "
@@ -89,7 +91,7 @@ def main():
         torch.manual_seed(0)
         D, C = Xtr.shape[1], len(classes)
         model = SparseGP(K.RBF(D, C, noise=1e-2, lengthscale=lengthscale, dtype=dt), RobustMax(C), torch.as_tensor(Z0, dtype=dt)).to(dev, dt)
-        engine = make_engine(method, alpha)
+        engine = make_engine(method, alpha, args.sep_log_z)
         gen = torch.Generator().manual_seed(0)
         state = engine.init(model, Xtr_t, ytr_t, gen)
 

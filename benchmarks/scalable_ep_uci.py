@@ -93,8 +93,11 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["gfitc", "ep", "sep", "vi"])
     ap.add_argument("--fractions", nargs="+", type=float, default=[0.05, 0.1, 0.2])
     ap.add_argument("--splits", type=int, default=5)
+    ap.add_argument("--first-split", type=int, default=0, help="seed of the first split (to add splits to a cell)")
     ap.add_argument("--iters", type=int, default=250)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sep-log-z", default="local", choices=["local", "tied"],
+                    help="SEP's log Z_q estimate (GPClassifier sep_log_z; runs before 2026-11-23 used 'tied')")
     ap.add_argument("--out", default="scalable_ep_uci")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,12 +106,13 @@ def main():
         for name in args.sets:
             for f in args.fractions:
                 skip = set()
-                for seed in range(args.splits):           # splits outside: a stopped run keeps whole splits
+                for seed in range(args.first_split, args.first_split + args.splits):           # splits outside: a stopped run keeps whole splits
                     for method in args.methods:
                         if method in skip:
                             continue
                         try:
-                            r = run(name, method, f, seed, args.iters)
+                            extra = {"sep_log_z": args.sep_log_z} if method == "sep" else {}
+                            r = run(name, method, f, seed, args.iters, **extra)
                         except NotImplementedError as exc:
                             print(f"skip {method}: {exc}")
                             skip.add(method)

@@ -60,7 +60,7 @@ def test_bad_input_errors(iris):
 
 @pytest.mark.parametrize("param,value,valid", [("method", "magic", "'vi'"), ("likelihood", "cauchy", "'robustmax'"),
                                                ("kernel", "periodic", "'rbf'"), ("dtype", "float16", "'float64'"),
-                                               ("optimizer", "sgd", "adam")])
+                                               ("optimizer", "sgd", "adam"), ("sep_log_z", "exact", "'local'")])
 def test_unknown_names_list_the_valid_ones(iris, param, value, valid):
     X, y = iris
     with pytest.raises(ValueError, match=f"valid: .*{valid}"):

@@ -69,7 +69,7 @@ def test_minibatch_objective_averages_to_full_batch_and_fit_improves():
     st, hist = fit(model, sep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=150, batch_size=10),
                    generator=torch.Generator().manual_seed(0))
     after = -sep.loss(model, sweeps(sep, model, X, y, 100), X, y, 40).item()
-    assert after > before + 0.25, (before, after)   # measured +0.71 with these settings
+    assert after > before + 2.0, (before, after)    # measured +8.3 (log_z='tied' on its own estimate: +0.97)
     assert st.skipped == 0
 
 
@@ -96,3 +96,44 @@ def test_tied_site_broken_by_a_kernel_change_is_shrunk_not_fatal():
     assert st2.redamped > st.redamped
     q = sep.posterior(model, st2)
     assert torch.isfinite(q.cov).all()
+
+
+def _fd_and_autograd(sep, model, X, y, checks, h=1e-5):
+    """Autograd's gradient of −loss at SEP convergence and central differences of the converged −loss."""
+    params = dict(model.named_parameters())
+    model.zero_grad()
+    sep.loss(model, sweeps(sep, model, X, y, 300), X, y, len(X)).backward()
+    grad = torch.tensor([-params[n].grad[i].item() for n, i in checks])
+    fd = []
+    for name, index in checks:
+        vals = []
+        for sign in (1, -1):
+            with torch.no_grad():
+                params[name][index] += sign * h
+            vals.append(-sep.loss(model, sweeps(sep, model, X, y, 300), X, y, len(X)).item())
+            with torch.no_grad():
+                params[name][index] -= sign * h
+        fd.append((vals[0] - vals[1]) / (2 * h))
+    return grad, torch.tensor(fd)
+
+
+def test_local_log_z_gradient_follows_the_converged_objective():
+    # SEP's fixed point is not stationary for its log Z_q estimate, so eq. (62) is not exact for SEP;
+    # with local sites it still points where central differences of the converged estimate do (measured
+    # cosine 0.993), while the tied-cavity reading points elsewhere (measured cosine −0.14: wrong-signed
+    # length-scale and noise gradients, amplitude gradients 3-10x too negative)
+    model, X, y = problem(N=60, M=3)
+    checks = [("kernel.raw_lengthscale", (0, 1)), ("kernel.raw_variance", (0,)), ("kernel.raw_variance", (2,)),
+              ("kernel.raw_noise", (1,)), ("Z", (0, 1, 0))]
+    cos = {}
+    for kind in ("local", "tied"):
+        grad, fd = _fd_and_autograd(SEP(damping=0.5, decay=1.0, log_z=kind), model, X, y, checks)
+        assert fd.abs().max() > 0.05                                   # not a trivially flat objective
+        cos[kind] = float(grad @ fd / (grad.norm() * fd.norm()))
+    assert cos["local"] > 0.95, cos
+    assert cos["tied"] < 0.5, cos
+
+
+def test_unknown_log_z_is_rejected():
+    with pytest.raises(ValueError, match="log_z"):
+        SEP(log_z="exact")

@@ -31,7 +31,7 @@ from .train import TrainSettings, fit as fit_loop, refresh, _state_to_dict, _loa
 from .ep import EP
 from .fitc_ep import GFITC
 from .rmgpc import RMGPC
-from .sep import APEP, SEP
+from .sep import APEP, LOG_Z_KINDS, SEP
 from .vi import VI
 from . import stream
 
@@ -218,6 +218,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             instead of re-initialising them (free-Gaussian methods; used by active learning).
         outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
             (default Beta(1, 9): prior mean 0.1).
+        sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
+            recomputed from the SEP cavity; default) or "tied" (the cavity q/φ̃^{1/n} of the paper's
+            wording, whose gradient is biased: ``sgpc.sep`` and docs/results.md).
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
     posterior_ (InducingPosterior), history_ (dict), n_iter_; for "rmgpc"/"smgpc" also outlier_proba_
@@ -236,7 +239,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  warm_start: bool = False, outlier_prior_a: float = 1.0, outlier_prior_b: float = 9.0,
                  noise_variance: float | None = None, delta: float = 1e-3, learn_delta: bool = True,
                  n_samples_predict: int = 1024, softmax_predict: str = "qmc", init_lengthscale: float | None = None,
-                 init_variance: float = 1.0):
+                 init_variance: float = 1.0, sep_log_z: str = "local"):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
@@ -273,6 +276,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.softmax_predict = softmax_predict
         self.init_lengthscale = init_lengthscale
         self.init_variance = init_variance
+        self.sep_log_z = sep_log_z
 
     # -- strings -> objects ------------------------------------------------------------------------
     def _check_options(self) -> None:
@@ -281,6 +285,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         _choice("kernel", self.kernel, KERNELS)
         _choice("dtype", self.dtype, tuple(DTYPES))
         _choice("inducing_init", self.inducing_init, ("kmeans", "random"))
+        _choice("sep_log_z", self.sep_log_z, LOG_Z_KINDS)
         if self.method in ("gfitc", "rmgpc", "smgpc") and self.batch_size is not None:
             raise ValueError(f"method={self.method!r} runs EP to convergence on the whole data set: use batch_size=None")
         if self.method in ("rmgpc", "smgpc"):
@@ -361,7 +366,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.method == "ep":
             return EP(damping=self.damping, factor=factor)
         if self.method == "sep":
-            return SEP(damping=self.damping, factor=factor)
+            return SEP(damping=self.damping, factor=factor, log_z=self.sep_log_z)
         if self.method == "gfitc":
             return GFITC(damping=self.damping)
         if self.method in ("rmgpc", "smgpc"):

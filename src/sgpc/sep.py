@@ -10,9 +10,19 @@ factor, so its projections on v_il cost one O(M²) product per point and latent.
 Update (parallel over a minibatch B with n_{B,l} slots on latent l, damping ρ):
     θ̃_l ← θ̃_l + ρ [Σ_{slots in B on l} θ_new − (n_{B,l}/n_l) θ̃_l],
 which for ρ = 1 and one factor is SEP's θ̃ ← (1 − 1/n)θ̃ + θ_new. The new local sites come from the
-same moment matching as EP (``ep.site_update``). log Z_q and its gradient are EP's (§2.3.1: "all the
-other steps are carried out as in the original EP algorithm"), with g(θ^{\\f}) − g(θ) the difference
-for the full-rank removal of φ̃_l^{1/n_l}.
+same moment matching as EP (``ep.site_update``).
+
+log Z_q and its gradient (§2.3.1: "all the other steps are carried out as in the original EP
+algorithm") come in two readings, ``SEP.log_z``:
+  "local" (default): each minibatch factor's own rank-one site is recomputed from the SEP cavity (the
+      site SEP's update would propose for it) and EP's estimate (eqs. 57–61, ``ep.log_Zq``) is
+      evaluated with those sites, gradient by eq. (62). On small problems run to convergence this
+      tracks central differences of the converged objective in sign and size.
+  "tied": the cavity of every factor is q/φ̃_l^{1/n_l}, with g(θ^{\\f}) − g(θ) for that full-rank
+      removal. Eq. (62) applied to this form ignores that SEP's fixed point (q's natural parameters =
+      the average of the projected tilted ones) is not a stationary point of it; the resulting
+      gradient can have the wrong sign (length-scales, noise) and pushes the kernel amplitudes down
+      (docs/results.md, "SEP's hyper-parameter gradient"). Kept for comparison.
 
 APEP (alpha paper §3.2) ties the sites the same way, with the cavity q/φ̃^{α/N}, but optimises
 the tied factor's natural parameters by gradient ascent on the Power-EP energy (eq. 8) together with
@@ -27,12 +37,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _is_pd, _whitened_precision,
-                 cavity_projection, directions, g_difference, g_whitened, make_factors, pd_damping, per_latent,
-                 q_state, site_update)
+                 cavity_projection, directions, g_difference, g_whitened, log_Zq, make_factors, pd_damping,
+                 per_latent, q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
-__all__ = ["SEP", "SEPState", "SEPIncrement", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
+__all__ = ["SEP", "LOG_Z_KINDS", "SEPState", "SEPIncrement", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
 
 
 def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
@@ -64,18 +74,25 @@ class SEPIncrement:
     counts: torch.Tensor
 
 
+LOG_Z_KINDS = ("local", "tied")
+
+
 @dataclass(frozen=True)
 class SEP:
-    """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1)."""
+    """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1); ``log_z``: which
+    estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
     factor: str = "pairwise"
     damping: float = 0.5
     decay: float = 0.99
     min_damping: float = 0.05
+    log_z: str = "local"
 
     def __post_init__(self):
         if self.factor not in FACTOR_KINDS:
             raise ValueError(f"unknown factor {self.factor!r}; valid: 'pairwise', 'likelihood'")
+        if self.log_z not in LOG_Z_KINDS:
+            raise ValueError(f"unknown log_z {self.log_z!r}; valid: {', '.join(map(repr, LOG_Z_KINDS))}")
         if not 0.0 < self.damping <= 1.0:
             raise ValueError(f"damping must be in (0, 1], got {self.damping}")
 
@@ -144,13 +161,7 @@ class SEP:
         """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
         minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
         fac = self.factors(model, y)
-        cav = q_state(model, self._cavity_sites(state), Lk)
-        V, s = directions(model, X, cav.Lk)
-        zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
-        mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
-        c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
-        c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
-        c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
+        V, c1, c2, ok = self._local_sites(model, state, X, fac, Lk)
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
@@ -183,9 +194,34 @@ class SEP:
                         counts=state.counts, step=state.step + 1, skipped=state.skipped + skipped,
                         redamped=state.redamped + redamped)
 
+    @torch.no_grad()
+    def _local_sites(self, model: SparseGP, state: SEPState, X, fac: Factors, Lk: torch.Tensor | None = None):
+        """The rank-one sites SEP proposes for the factors of X: moment matching (eqs. 39–55) against
+        the common cavity q/φ̃^{1/n}. Returns the directions V [L,B,M] and c1, c2 [B,F,T] (0 where the
+        update is invalid) with the validity mask ok [B,F]."""
+        cav = q_state(model, self._cavity_sites(state), Lk)
+        V, s = directions(model, X, cav.Lk)
+        zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
+        mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
+        c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
+        c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
+        c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
+        return V, c1, c2, ok
+
     def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
-        """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62)."""
+        """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading."""
         fac = self.factors(model, y)
+        if self.log_z == "local":
+            sites = TiedSites(state.Lam, state.h)
+            V, c1, c2, _ = self._local_sites(model, state, X, fac)
+            with torch.no_grad():
+                # a site proposed against the SEP cavity need not be removable from q (1 − c1·vᵀSv ≤ 0
+                # early in a fit, before q has absorbed it): such a factor keeps q as its cavity
+                q = q_state(model, sites)
+                s_q = _gather(((V @ q.cov) * V).sum(-1), fac.latent)
+                keep = ((c1 * s_q) < 1.0 - 1e-6).all(-1, keepdim=True)
+                c1, c2 = c1 * keep, c2 * keep
+            return -log_Zq(model, sites, fac, X, V, c1, c2, 1.0, n_total / X.shape[0])
         sites = TiedSites(state.Lam, state.h)
         Lk = model.chol_Kuu()
         g_q = g_difference(Lk, sites)                                    # [L], differentiable
