@@ -179,7 +179,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         shared_kernel: one set of kernel hyper-parameters for all latent functions.
         latent_noise: initial variance of the additive latent noise (papers' kernel); None removes the term.
         epsilon: robust-max label-noise probability; learn_epsilon: make it trainable.
-        damping: initial EP/SEP damping (annealed by 0.99 per update, floor 0.05).
+        damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
             rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips). learning_rate: step size.
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).

@@ -53,12 +53,13 @@ def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
 
 @dataclass
 class SEPState:
-    """Tied sites θ̃ (u-space), slot counts n_l [L], damping step and update reports."""
+    """Tied sites θ̃ (u-space), slot counts n_l [L], passes over the data so far (``step``, the damping
+    clock as in ``ep.EP``) and update reports."""
 
     Lam: torch.Tensor
     h: torch.Tensor
     counts: torch.Tensor
-    step: int = 0
+    step: float = 0.0
     skipped: int = 0
     redamped: int = 0
 
@@ -66,7 +67,7 @@ class SEPState:
 @dataclass
 class SEPIncrement:
     """One minibatch's contribution to the tied sites: Σ θ_new (Lam [L,M,M], h [L,M]), slots
-    updated per latent n_b [L], and counts [2] = (skipped slots, all slots) as floats."""
+    updated per latent n_b [L], and counts [3] = (skipped factors, all factors, all slots) as floats."""
 
     Lam: torch.Tensor
     h: torch.Tensor
@@ -75,6 +76,7 @@ class SEPIncrement:
 
 
 LOG_Z_KINDS = ("local", "tied")
+REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv < this (the cavity stays proper along v)
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ class SEP:
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
-        counts = torch.stack([(fac.mask & ~ok).sum(), fac.mask.sum()]).to(V.dtype)
+        slots = fac.mask[..., None].expand(fac.latent.shape).sum()
+        counts = torch.stack([(fac.mask & ~ok).sum(), fac.mask.sum(), slots]).to(V.dtype)
         return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(d2[..., None] * V).sum(1),
                             n_b=per_latent(used, fac.latent, L).sum(1), counts=counts)
 
@@ -173,7 +176,8 @@ class SEP:
     def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None) -> SEPState:
         """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD."""
         cav_Lk = model.chol_Kuu() if Lk is None else Lk
-        skipped, n_slots = int(inc.counts[0]), int(inc.counts[1])
+        skipped, n_factors = int(inc.counts[0]), int(inc.counts[1])
+        passes = float(inc.counts[2] / state.counts.sum())                # |B|/N: the damping clock
         frac = (inc.n_b / state.counts.clamp_min(1.0))
         dLam = inc.Lam - frac[:, None, None] * state.Lam
         dLam = 0.5 * (dLam + dLam.mT)
@@ -188,10 +192,10 @@ class SEP:
         Pc0 = eye + keep * (P0 - eye)
         rho, redamped = pd_damping(rho, [(P0, dP), (Pc0, keep * dP)])
         if rho is None:
-            return replace(state, step=state.step + 1, skipped=state.skipped + n_slots,
+            return replace(state, step=state.step + passes, skipped=state.skipped + n_factors,
                            redamped=state.redamped + redamped)
         return SEPState(Lam=state.Lam + rho[:, None, None] * dLam, h=state.h + rho[:, None] * dh,
-                        counts=state.counts, step=state.step + 1, skipped=state.skipped + skipped,
+                        counts=state.counts, step=state.step + passes, skipped=state.skipped + skipped,
                         redamped=state.redamped + redamped)
 
     @torch.no_grad()
@@ -215,11 +219,12 @@ class SEP:
             sites = TiedSites(state.Lam, state.h)
             V, c1, c2, _ = self._local_sites(model, state, X, fac)
             with torch.no_grad():
-                # a site proposed against the SEP cavity need not be removable from q (1 − c1·vᵀSv ≤ 0
-                # early in a fit, before q has absorbed it): such a factor keeps q as its cavity
+                # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
+                # tied site has absorbed it): removing it would leave a cavity with a huge or negative
+                # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
                 q = q_state(model, sites)
                 s_q = _gather(((V @ q.cov) * V).sum(-1), fac.latent)
-                keep = ((c1 * s_q) < 1.0 - 1e-6).all(-1, keepdim=True)
+                keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, V, c1, c2, 1.0, n_total / X.shape[0])
         sites = TiedSites(state.Lam, state.h)
