@@ -200,3 +200,17 @@ def test_a_site_along_a_zero_direction_contributes_nothing_to_log_Zq():
     reference = log_Zq(model, sites, fac, X, V.transpose(0, 1), c1_zero, c2_zero, 1.0, 1.0)
     assert torch.isfinite(value)
     torch.testing.assert_close(value, reference)
+
+
+def test_damping_anneals_per_pass_over_the_data():
+    # a minibatch of B rows advances the damping clock by B/N: one epoch of minibatches anneals as one batch update
+    from sgpc.sep import SEP
+    model, X, y = classification_problem(N=12)
+    for engine in (EP(), SEP()):
+        st = engine.init(model, X, y, None)
+        for i in (0, 4, 8):
+            st = engine.update(model, st, X[i:i + 4], y[i:i + 4], 12, torch.arange(i, i + 4))
+        assert st.step == pytest.approx(1.0)
+        st = engine.update(model, st, X, y, 12)
+        assert st.step == pytest.approx(2.0)
+    assert EP()._damping(1.0) == pytest.approx(0.5 * 0.99)
