@@ -57,11 +57,13 @@ def test_slot_counts_of_pairwise_factors():
 
 def test_minibatch_objective_averages_to_full_batch_and_fit_improves():
     model, X, y = problem(12)
+    for kind in ("local", "tied"):
+        sep = SEP(log_z=kind)
+        st = sweeps(sep, model, X, y, 10)
+        full = sep.loss(model, st, X, y, 12)
+        parts = [sep.loss(model, st, X[i:i + 4], y[i:i + 4], 12) for i in (0, 4, 8)]
+        torch.testing.assert_close(sum(parts) / 3, full, rtol=1e-10, atol=1e-10)
     sep = SEP()
-    st = sweeps(sep, model, X, y, 10)
-    full = sep.loss(model, st, X, y, 12)
-    parts = [sep.loss(model, st, X[i:i + 4], y[i:i + 4], 12) for i in (0, 4, 8)]
-    torch.testing.assert_close(sum(parts) / 3, full, rtol=1e-10, atol=1e-10)
     # hyper-parameter learning raises the converged log Z_q (EP updates alone need not be monotone)
     model, X, y = problem(40)
     before = -sep.loss(model, sweeps(sep, model, X, y, 100), X, y, 40).item()
