@@ -97,8 +97,11 @@ def main():
 
         def validate(model, st):
             lp = predict_log_proba(model, engine.posterior(model, st), Xte_t, batch_size=2000)
+            amp = model.kernel.variance.detach().double().cpu()          # the kernel amplitudes σ² [L]
             return {"error": float((lp.argmax(1) != yte_t).double().mean()),
-                    "nll": float(-lp.gather(1, yte_t[:, None]).double().mean())}
+                    "nll": float(-lp.gather(1, yte_t[:, None]).double().mean()),
+                    "amplitude_min": float(amp.min()), "amplitude_median": float(amp.median()),
+                    "amplitude_max": float(amp.max())}
 
         settings = TrainSettings(optimizer="adam", learning_rate=args.lr, max_iter=10 ** 9, batch_size=args.batch,
                                  eval_every=args.eval_every, max_time=60 * args.minutes)
