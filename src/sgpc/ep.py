@@ -285,22 +285,26 @@ def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
 
 
 def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor, V_old: torch.Tensor,
-           c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float) -> torch.Tensor:
+           c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
+           q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
         sites: θ̃ (held fixed); factors/X/V_old/c1/c2: the minibatch's factors, inputs, stored site
             directions [L,B,M] and site parameters [B,F,T] (for SEP: the tied site's share, see sep.py);
         alpha: the power; scale: N/|B|.
+        Lk, q, Vs: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
+            q = p(u)·θ̃ (detached) and ``directions(model, X, Lk)`` (differentiable).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
     """
-    Lk = model.chol_Kuu()
+    Lk = model.chol_Kuu() if Lk is None else Lk
     global_term = g_difference(Lk, sites).sum()
-    with torch.no_grad():
-        q = q_state(model, sites, Lk.detach())
-    V, s = directions(model, X, Lk)
+    if q is None:
+        with torch.no_grad():
+            q = q_state(model, sites, Lk.detach())
+    V, s = directions(model, X, Lk) if Vs is None else Vs
     latent = factors.latent
     ac1, ac2 = alpha * c1, alpha * c2
     mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent)

@@ -163,7 +163,8 @@ class SEP:
         """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
         minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
         fac = self.factors(model, y)
-        V, c1, c2, ok = self._local_sites(model, state, X, fac, Lk)
+        Lk = model.chol_Kuu() if Lk is None else Lk
+        V, c1, c2, ok = self._local_sites(model, state, fac, Lk, directions(model, X, Lk))
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
@@ -199,12 +200,12 @@ class SEP:
                         redamped=state.redamped + redamped)
 
     @torch.no_grad()
-    def _local_sites(self, model: SparseGP, state: SEPState, X, fac: Factors, Lk: torch.Tensor | None = None):
-        """The rank-one sites SEP proposes for the factors of X: moment matching (eqs. 39–55) against
-        the common cavity q/φ̃^{1/n}. Returns the directions V [L,B,M] and c1, c2 [B,F,T] (0 where the
-        update is invalid) with the validity mask ok [B,F]."""
+    def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, Vs):
+        """The rank-one sites SEP proposes for the factors ``fac`` of the rows whose ``directions`` are
+        Vs = (V [L,B,M], s [L,B]): moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}.
+        Returns V and c1, c2 [B,F,T] (0 where the update is invalid) with the validity mask ok [B,F]."""
         cav = q_state(model, self._cavity_sites(state), Lk)
-        V, s = directions(model, X, cav.Lk)
+        V, s = Vs
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
@@ -217,16 +218,18 @@ class SEP:
         fac = self.factors(model, y)
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
-            V, c1, c2, _ = self._local_sites(model, state, X, fac)
+            Lk = model.chol_Kuu()
+            V, s = directions(model, X, Lk)                              # differentiable, for eq. (62)
             with torch.no_grad():
+                Vd, c1, c2, _ = self._local_sites(model, state, fac, Lk.detach(), (V.detach(), s.detach()))
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                q = q_state(model, sites)
-                s_q = _gather(((V @ q.cov) * V).sum(-1), fac.latent)
+                q = q_state(model, sites, Lk.detach())
+                s_q = _gather(((Vd @ q.cov) * Vd).sum(-1), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
-            return -log_Zq(model, sites, fac, X, V, c1, c2, 1.0, n_total / X.shape[0])
+            return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s))
         sites = TiedSites(state.Lam, state.h)
         Lk = model.chol_Kuu()
         g_q = g_difference(Lk, sites)                                    # [L], differentiable
