@@ -22,7 +22,7 @@ algorithm") come in two readings, ``SEP.log_z``:
       removal. Eq. (62) applied to this form ignores that SEP's fixed point (q's natural parameters =
       the average of the projected tilted ones) is not a stationary point of it; the resulting
       gradient can have the wrong sign (length-scales, noise) and pushes the kernel amplitudes down
-      (docs/results.md, "SEP's hyper-parameter gradient"). Kept for comparison.
+      (docs/design-notes.md; measured on MNIST in docs/results.md). Kept for comparison.
 
 APEP (alpha paper §3.2) ties the sites the same way, with the cavity q/φ̃^{α/N}, but optimises
 the tied factor's natural parameters by gradient ascent on the Power-EP energy (eq. 8) together with
