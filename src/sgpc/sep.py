@@ -164,7 +164,8 @@ class SEP:
         minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
         fac = self.factors(model, y)
         Lk = model.chol_Kuu() if Lk is None else Lk
-        V, c1, c2, ok = self._local_sites(model, state, fac, Lk, directions(model, X, Lk))
+        V, s = directions(model, X, Lk)
+        c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s)
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
@@ -200,18 +201,17 @@ class SEP:
                         redamped=state.redamped + redamped)
 
     @torch.no_grad()
-    def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, Vs):
+    def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, V, s):
         """The rank-one sites SEP proposes for the factors ``fac`` of the rows whose ``directions`` are
-        Vs = (V [L,B,M], s [L,B]): moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}.
-        Returns V and c1, c2 [B,F,T] (0 where the update is invalid) with the validity mask ok [B,F]."""
+        V [L,B,M], s [L,B]: moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}.
+        Returns c1, c2 [B,F,T] (0 where the update is invalid) and the validity mask ok [B,F]."""
         cav = q_state(model, self._cavity_sites(state), Lk)
-        V, s = Vs
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
         c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
         c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
-        return V, c1, c2, ok
+        return c1, c2, ok
 
     def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
         """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading."""
@@ -221,7 +221,8 @@ class SEP:
             Lk = model.chol_Kuu()
             V, s = directions(model, X, Lk)                              # differentiable, for eq. (62)
             with torch.no_grad():
-                Vd, c1, c2, _ = self._local_sites(model, state, fac, Lk.detach(), (V.detach(), s.detach()))
+                Vd = V.detach()
+                c1, c2, _ = self._local_sites(model, state, fac, Lk.detach(), Vd, s.detach())
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
