@@ -115,6 +115,50 @@ def test_rpapep_and_apep_tend_to_the_elbo_of_their_q():
     assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-4
 
 
+def _natural_g(mean, cov):
+    """g(θ) = ½ mᵀΣ⁻¹m + ½ log|Σ| + (M/2) log 2π, the log-normaliser, from dense moments."""
+    import math
+    M = mean.shape[-1]
+    return 0.5 * mean @ torch.linalg.solve(cov, mean) + 0.5 * torch.logdet(cov) + 0.5 * M * math.log(2 * math.pi)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0])
+def test_rpapep_objective_equals_eq_10_from_dense_natural_parameters(alpha):
+    from sgpc.sparse import whitened_marginals
+    from sgpc.vi import rpapep_objective
+    model, q, X, y = problem()
+    N = len(X)
+    c = 1 - alpha / (N + 1)
+    chol = q.chol.detach()
+    mean_c, var_c = whitened_marginals(model, q.mean.detach(), chol / c ** 0.5, X)   # cavity N(m, Σ/c)
+    want = 0.0
+    for k in range(q.mean.shape[0]):
+        m, S = q.mean[k].detach(), chol[k] @ chol[k].T
+        Sinv = torch.linalg.inv(S)
+        M = len(m)
+        g, g_cav, g_p = _natural_g(m, S), _natural_g(m, S / c), _natural_g(torch.zeros(M), torch.eye(M))
+        Lam = c * Sinv + alpha * torch.eye(M)                       # θ' = cθ + αθ_p
+        g_new = _natural_g(torch.linalg.solve(Lam, c * Sinv @ m), torch.linalg.inv(Lam))
+        want = want + g + (N * (g_cav - g) + g_new - alpha * g_p - g) / alpha
+    want = want + model.likelihood.log_tilted(y, mean_c, var_c, alpha).sum() / alpha
+    got = rpapep_objective(model, q, X, y, N, alpha)
+    torch.testing.assert_close(got.detach(), want.detach(), rtol=1e-9, atol=1e-9)
+
+
+def test_rpapep_objective_is_finite_in_float32_with_a_near_singular_q():
+    # a q whose covariance is nearly singular in one direction (what Adam produced on MNIST): forming
+    # cΣ⁻¹ + αI in float32 broke its Cholesky; the objective must stay finite and match float64
+    from sgpc.vi import rpapep_objective
+    model, q, X, y = problem(M=6)
+    with torch.no_grad():
+        q.raw_chol[:, 2, 2] = 1e-3
+        q.raw_chol[:, 4, 1] = 3.0
+    want = rpapep_objective(model, q, X, y, len(X), 0.5)
+    got = rpapep_objective(model.float(), q.float(), X.float(), y, len(X), 0.5)
+    assert torch.isfinite(got)
+    assert abs(got.item() - want.item()) < 1e-4 * abs(want.item())
+
+
 @pytest.mark.parametrize("alpha", [0.01, 0.1, 0.5, 1.0])
 def test_rpapep_and_apep_gradients_finite_differences(alpha):
     from sgpc.sep import APEP, apep_energy
