@@ -6,7 +6,8 @@ training points), 500 iterations: PEP with the adaptive rate of App. A, APEP/ARP
 each method; the average rank per α is the paper's Figure 1.
 
     python benchmarks/alpha_uci.py [--methods pep apep arpep rpapep] [--alphas 0.001 0.1 ... 1]
-                                   [--fractions 0.1] [--splits 5] [--iters 500]
+                                   [--fractions 0.1] [--splits 5] [--first-split 0] [--iters 500]
+    python benchmarks/alpha_uci.py --merge results/a.json results/b.json --out alpha_uci_merged
 
 Writes results/alpha_uci.json (every run, and average ranks per method and α).
 """
@@ -39,6 +40,29 @@ def ranks(rows):
     return [{"method": m, "alpha": a, "mean_rank": float(np.mean(v)), "n": len(v)} for (m, a), v in sorted(acc.items())]
 
 
+def merge(paths, out):
+    """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell)."""
+    import json
+    cells = {}
+    for p in paths:
+        with open(p) as fh:
+            for r in json.load(fh)["runs"]:
+                cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
+    rows = list(cells.values())
+    # rank only complete groups: every α of the method on that set, fraction and split
+    alphas = defaultdict(set)
+    for r in rows:
+        alphas[r["method"]].add(r["alpha"])
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["method"], r["set"], r["fraction"], r["seed"])].append(r)
+    complete = [r for k, rs in groups.items() if len(rs) == len(alphas[k[0]]) for r in rs]
+    path = write(out, {"config": {"merged": paths}, "runs": rows, "ranks": ranks(complete)})
+    for r in ranks(complete):
+        print(f"{r['method']:6s} alpha={r['alpha']:<5g} mean rank {r['mean_rank']:.2f} (n={r['n']})")
+    print(f"{len(rows)} runs, {len(complete)} in complete groups; wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", default=SETS)
@@ -46,16 +70,21 @@ def main():
     ap.add_argument("--alphas", nargs="+", type=float, default=[1e-3, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
     ap.add_argument("--fractions", nargs="+", type=float, default=[0.05, 0.1, 0.2])
     ap.add_argument("--splits", type=int, default=5)
+    ap.add_argument("--first-split", type=int, default=0, help="seed of the first split (to add splits to a cell)")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                    help="only merge these result files (runs of several invocations) and print the ranks")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="alpha_uci")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
     torch.set_num_threads(args.threads)
     rows = []
     try:
         for name in args.sets:
             for f in args.fractions:
-                for seed in range(args.splits):
+                for seed in range(args.first_split, args.first_split + args.splits):
                     for method in args.methods:
                         for a in args.alphas:
                             r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a)
