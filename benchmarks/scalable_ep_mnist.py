@@ -109,7 +109,7 @@ def main():
                           callback=None)
         rows = hist.validation
         for r in rows:
-            print(f"{method:4s} alpha={alpha} t={r['time']:7.1f}s steps={r['iteration']:6d} err={r['error']:.4f} nll={r['nll']:.4f}")
+            print(f"{method:4s} alpha={alpha} t={r['time']:7.1f}s steps={r['iteration']:6d} err={r['error']:.4f} nll={r['nll']:.4f}", flush=True)
         reached = next((r["time"] for r in rows if r["nll"] <= TARGET_NLL), None)
         runs.append({"method": method, "alpha": alpha, "curve": rows, "events": hist.events, "time_to_nll_0.0725": reached, "lengthscale0": lengthscale})
         write(args.out, {"config": vars(args), "runs": runs})
