@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--M", type=int, default=200)
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--lr-decay", type=float, default=1.0, help="Adam rate factor per pass over the data")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--threads", type=int, default=2)
@@ -103,7 +104,8 @@ def main():
                     "amplitude_min": float(amp.min()), "amplitude_median": float(amp.median()),
                     "amplitude_max": float(amp.max())}
 
-        settings = TrainSettings(optimizer="adam", learning_rate=args.lr, max_iter=10 ** 9, batch_size=args.batch,
+        settings = TrainSettings(optimizer="adam", learning_rate=args.lr, lr_decay=args.lr_decay, max_iter=10 ** 9,
+                                 batch_size=args.batch,
                                  eval_every=args.eval_every, max_time=60 * args.minutes)
         state, hist = fit(model, engine, state, Xtr_t, ytr_t, settings, generator=gen, validate=validate,
                           callback=None)

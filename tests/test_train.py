@@ -61,6 +61,24 @@ def test_epochs_count_minibatches():
     assert TrainSettings(n_epochs=3).n_steps(40) == 3
 
 
+def test_lr_decay_multiplies_the_rate_per_pass_and_survives_resume(tmp_path):
+    ck = str(tmp_path / "ck.pt")
+    # 40 rows, batches of 8: 5 steps per pass; after 15 steps, 3 passes: lr = 0.05 · 0.5³
+    run(TrainSettings(learning_rate=0.05, lr_decay=0.5, max_iter=15, batch_size=8, checkpoint_path=ck, checkpoint_every=15))
+    assert load_checkpoint(ck)["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05 * 0.5 ** 3, rel=1e-12)
+    straight = run(TrainSettings(learning_rate=0.05, lr_decay=0.5, max_iter=30, batch_size=8))
+    resumed = run(TrainSettings(learning_rate=0.05, lr_decay=0.5, max_iter=30, batch_size=8, checkpoint_path=ck,
+                                checkpoint_every=15), resume=True)
+    assert load_checkpoint(ck)["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05 * 0.5 ** 6, rel=1e-12)
+    torch.testing.assert_close(flat(*resumed[:2]), flat(*straight[:2]), rtol=0, atol=0)
+    constant = run(TrainSettings(learning_rate=0.05, max_iter=30, batch_size=8))
+    assert not torch.allclose(flat(*constant[:2]), flat(*straight[:2]))
+    with pytest.raises(ValueError, match="lr_decay"):
+        TrainSettings(lr_decay=0.0)
+    with pytest.raises(ValueError, match="adam"):
+        TrainSettings(optimizer="lbfgs", lr_decay=0.9)
+
+
 def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tmp_path):
     ck = str(tmp_path / "ck.pt")
     straight_model, straight_state, h0 = run(TrainSettings(learning_rate=0.05, max_iter=30, batch_size=8))

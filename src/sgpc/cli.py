@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="minibatch size (default: full batch)")
     p.add_argument("--learning-rate", type=float, default=_DEFAULTS["learning_rate"], metavar="LR",
                    help="optimiser step size (default: %(default)s)")
+    p.add_argument("--lr-decay", type=float, default=_DEFAULTS["lr_decay"], metavar="D",
+                   help="Adam: multiply the learning rate by D per pass over the data (default: %(default)s)")
     p.add_argument("--optimizer", choices=("adam", "lbfgs"), default=_DEFAULTS["optimizer"],
                    help="(default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, metavar="S",
@@ -293,8 +295,8 @@ def _cmd_fit_stream(args) -> int:
 def _estimator(args) -> GPClassifier:
     """The estimator that ``fit`` and ``fit --stream`` configure from the command line."""
     return GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
-                        batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
-                        random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
+                        batch_size=args.batch_size, learning_rate=args.learning_rate, lr_decay=args.lr_decay,
+                        optimizer=args.optimizer, random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
                         checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
 
 

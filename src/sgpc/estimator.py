@@ -182,6 +182,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
             rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips). learning_rate: step size.
+        lr_decay: Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch.
         random_state: int, RandomState or None; all randomness flows from it.
@@ -232,7 +233,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  shared_inducing: bool = False, shared_kernel: bool = False, latent_noise: float | None = 1e-3,
                  epsilon: float = 1e-3, learn_epsilon: bool = False, alpha: float = 0.5, damping: float = 0.5,
                  optimizer: str = "adam",
-                 learning_rate: float = 0.01, max_iter: int = 500, n_epochs: int | None = None,
+                 learning_rate: float = 0.01, lr_decay: float = 1.0, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
                  device: str = "cpu", verbose: int = 0, eval_every: int = 50, checkpoint_path: str | None = None,
                  checkpoint_every: int = 0, feature_extractor: torch.nn.Module | None = None,
@@ -255,6 +256,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.damping = damping
         self.optimizer = optimizer
         self.learning_rate = learning_rate
+        self.lr_decay = lr_decay
         self.max_iter = max_iter
         self.n_epochs = n_epochs
         self.batch_size = batch_size
@@ -383,7 +385,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return VI()
 
     def _train_settings(self) -> TrainSettings:
-        return TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, max_iter=self.max_iter,
+        return TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, lr_decay=self.lr_decay,
+                             max_iter=self.max_iter,
                              n_epochs=self.n_epochs, batch_size=self.batch_size,
                              checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
                              eval_every=self.eval_every, progress=bool(self.verbose))

@@ -94,6 +94,9 @@ class TrainSettings:
         eval_every: steps between validation evaluations (when a validation function is given).
         progress: show a progress bar.
         max_time: stop after this many seconds of training (validation excluded); None = no limit.
+        lr_decay: Adam only: the learning rate is multiplied by this factor per pass over the data
+            (by lr_decay^(|B|/N) after every step), in (0, 1]; 1 keeps it constant. Minibatch noise puts
+            a floor under what a constant rate reaches; a decaying rate goes below it.
     """
 
     optimizer: str = "adam"
@@ -106,6 +109,7 @@ class TrainSettings:
     eval_every: int = 50
     progress: bool = False
     max_time: float | None = None
+    lr_decay: float = 1.0
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -118,6 +122,10 @@ class TrainSettings:
             raise ValueError("optimizer='lbfgs' needs full-batch training (batch_size=None); use 'adam' for minibatches")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 < self.lr_decay <= 1.0:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+        if self.lr_decay != 1.0 and self.optimizer != "adam":
+            raise ValueError(f"lr_decay applies to optimizer='adam', not {self.optimizer!r}")
 
     def n_steps(self, n_rows: int) -> int:
         """Total optimiser steps for a data set of ``n_rows``."""
@@ -368,6 +376,9 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
 
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
     last_good, rejected, in_a_row = None, 0, 0
+    # per-step factor of the learning-rate decay; the rate lives in the optimiser's state, so a resumed fit
+    # continues the schedule (and a rejected step's halving composes with it)
+    decay_per_step = settings.lr_decay ** (min(settings.batch_size or N, N) / N)
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
         try:
@@ -397,6 +408,9 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                                    "reason": str(exc).split(";")[0][:200]})
             continue
         last_good, in_a_row = before, 0
+        if decay_per_step != 1.0:
+            for group in opt.param_groups:
+                group["lr"] *= decay_per_step
         if getattr(state, "skipped", 0) or getattr(state, "redamped", 0):
             last = history.events[-1] if history.events else {"skipped": 0, "redamped": 0}
             if (state.skipped, state.redamped) != (last["skipped"], last["redamped"]):
