@@ -38,3 +38,15 @@ def write(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"meta": metadata(), **payload}, indent=2))
     return path
+
+
+def shrink_png(path) -> None:
+    """Re-save a PNG with a 32-colour palette (scatter plots with transparency compress badly: ~5× smaller).
+    Needs Pillow, which matplotlib depends on; leaves the file as it is without it."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=32)
+    small.save(path, optimize=True)

@@ -8,6 +8,7 @@ are trained in batch (GFITC: L-BFGS; EP/SEP: the adaptive rate), VI with Adam on
 The paper runs 2000 iterations / epochs and M = 1 ... 256; --iters and --ms set ours.
 
     python benchmarks/scalable_ep_inducing.py [--ms 4 16 64] [--iters 300] [--out scalable_ep_inducing]
+    python benchmarks/scalable_ep_inducing.py --report results/scalable_ep_inducing.json
 
 Writes results/<out>.json and one PNG per method (results/<out>_<method>.png).
 """
@@ -18,7 +19,7 @@ import argparse
 import numpy as np
 import torch
 
-from _common import RESULTS, write
+from _common import RESULTS, shrink_png, write
 from sgpc import kernels as K
 from sgpc.ep import EP
 from sgpc.fitc_ep import GFITC
@@ -42,6 +43,33 @@ def sample_problem(n, ls, seed):
     return X, F.argmax(0), k
 
 
+def placement(Z, box=2.6, overlap=0.05):
+    """How the inducing inputs Z [L,M,2] of one fit are spread: how many left the data box (|z| > box, where
+    the kernel no longer reaches the data: pruned by removal) and how many lie within ``overlap`` of another
+    input of the same latent (pruned by coincidence, scalable-ep §4.2)."""
+    Z = np.asarray(Z)
+    off = int((np.abs(Z) > box).any(-1).sum())
+    close = 0
+    for z in Z:
+        z = z[(np.abs(z) <= box).all(-1)]
+        if len(z) > 1:
+            D = np.sqrt(((z[:, None] - z[None]) ** 2).sum(-1)) + np.diag(np.full(len(z), np.inf))
+            close += int((D.min(1) < overlap).sum())
+    return {"off_box": off, "overlapping": close, "total": int(Z.shape[0] * Z.shape[1])}
+
+
+def report(path):
+    """Print train accuracy and inducing-input placement per method and M from a results JSON."""
+    import json
+    with open(path) as fh:
+        runs = json.load(fh)["runs"]
+    for run in runs:
+        for p in run["panels"]:
+            st = placement(p["Z"])
+            print(f"{run['method']:5s} M={p['M']:4d}: train accuracy {p['train_accuracy']:.3f}, "
+                  f"{st['overlapping']:3d} overlapping and {st['off_box']:3d} off-box of {st['total']} inducing inputs")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", nargs="+", default=["gfitc", "ep", "sep", "vi"])
@@ -51,7 +79,10 @@ def main():
     ap.add_argument("--ls", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="scalable_ep_inducing", help="results/<out>.json and results/<out>_<method>.png")
+    ap.add_argument("--report", metavar="JSON", help="only print accuracy and placement from a results file")
     args = ap.parse_args()
+    if args.report:
+        return report(args.report)
     torch.set_num_threads(args.threads)
     X, y, true_kernel = sample_problem(args.n, args.ls, 0)
     grid = torch.stack(torch.meshgrid(torch.linspace(-2.5, 2.5, 80, dtype=torch.float64),
@@ -78,7 +109,7 @@ def main():
             lp = predict_log_proba(model, engine.posterior(model, state), grid)
             acc = float((predict_log_proba(model, engine.posterior(model, state), X).argmax(1) == y).double().mean())
             panels.append({"M": M, "Z": model.Z.detach().tolist(), "grid_pred": lp.argmax(1).tolist(),  # for the plot
-                           "train_accuracy": acc, "time_s": hist.time[-1]})
+                           "train_accuracy": acc, "time_s": hist.time[-1], **placement(model.Z.detach())})
             print(f"{method:5s} M={M:4d}: train accuracy {acc:.3f}, {hist.time[-1]:.1f}s", flush=True)
         out.append({"method": method, "panels": panels})
         try:
@@ -103,6 +134,7 @@ def main():
             RESULTS.mkdir(exist_ok=True)
             fig.savefig(RESULTS / f"{args.out}_{method}.png", dpi=60)
             plt.close(fig)
+            shrink_png(RESULTS / f"{args.out}_{method}.png")
         except ImportError:
             pass
     for run in out:                      # the 80x80 decision grids only feed the figures
