@@ -11,6 +11,7 @@ should approach; it does not learn hyper-parameters. (With the sparse fit's hype
 waveform.) α → 0 is run as α = 1e-3.
 
     python benchmarks/alpha_mcmc.py --sets glass new-thyroid wine svmguide2 waveform --splits 3
+    python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep   # mixing check
 
 Writes results/<--out>.json: test NLL and error of every fit and of MCMC, and MCMC's time and
 proposals per iteration.
@@ -27,7 +28,8 @@ from _common import write
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
 from sgpc.metrics import nll as mean_nll
-from sgpc.mcmc import elliptical_slice, predict_log_proba, prior_cholesky
+from sgpc.mcmc import elliptical_slice, predict_log_proba, prior_cholesky, split_rhat
+from sgpc.sparse import marginals
 
 
 def evaluate(proba: np.ndarray, classes: np.ndarray, y: np.ndarray) -> dict:
@@ -48,6 +50,9 @@ def main():
     ap.add_argument("--hyper", choices=["full", "sparse"], default="full",
                     help="hyper-parameters for MCMC: of full EP (Z = X), or of the sparse α = 1 fit")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--chains", type=int, default=1, help="independent chains (split-R̂ of the log-likelihood with >= 1)")
+    ap.add_argument("--start", choices=["zero", "ep"], default="zero",
+                    help="chain starts: F = 0, or full EP's latent means plus 2 EP standard deviations of noise per chain")
     ap.add_argument("--out", default="alpha_mcmc")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -86,17 +91,33 @@ def main():
             y = torch.as_tensor(np.searchsorted(ep.classes_, ytr))
             t0 = time.perf_counter()
             chol = prior_cholesky(kern, X)
-            samples, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), chol, args.samples,
-                                             burn_in=args.burn_in, thin=args.thin,
-                                             generator=torch.Generator().manual_seed(seed))
+            g = torch.Generator().manual_seed(seed)
+            if args.start == "ep":
+                mean, var = marginals(ep.model_, ep.posterior_, X)                   # [N,L]
+            chains, traces, proposals = [], [], []
+            for c in range(args.chains):
+                f0 = None
+                if args.start == "ep":   # over-dispersed around full EP's marginals, so that R̂ can see disagreement
+                    f0 = (mean + 2.0 * var.sqrt() * torch.randn(mean.shape, generator=g, dtype=mean.dtype)).T
+                smp, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), chol, args.samples,
+                                             burn_in=args.burn_in, thin=args.thin, f0=f0, generator=g)
+                chains.append(smp)
+                traces.append(info["log_lik"])
+                proposals.append(info["proposals_per_iteration"])
+            samples = torch.cat(chains)
             lp = predict_log_proba(kern, lik, X, chol, samples, torch.as_tensor(Xte, dtype=torch.float64))
             t = time.perf_counter() - t0
             rows.append({"set": name, "seed": seed, "method": "mcmc", "alpha": None, "hyper": args.hyper, "M": len(Xtr), "time_s": t,
-                         "proposals_per_iteration": info["proposals_per_iteration"],
-                         "train_error_last_sample": float((samples[-1].argmax(0) != y).double().mean()),
+                         "chains": args.chains, "start": args.start,
+                         "proposals_per_iteration": float(np.mean(proposals)),
+                         "rhat_log_lik": split_rhat(torch.stack(traces)) if args.samples >= 4 else None,
+                         "log_lik_chain_means": [float(tr.mean()) for tr in traces],
+                         "train_error_last_sample": [float((ch[-1].argmax(0) != y).double().mean()) for ch in chains],
                          **evaluate(lp.exp().numpy(), ep.classes_, yte)})
             print(f"{name:12s} split {seed} mcmc         nll {rows[-1]['nll']:.3f} err {rows[-1]['error']:.3f} "
-                  f"t={t:.0f}s ({info['proposals_per_iteration']:.1f} proposals/iteration)", flush=True)
+                  f"t={t:.0f}s ({rows[-1]['proposals_per_iteration']:.1f} proposals/iteration, "
+                  f"split-R̂ of log-lik {rows[-1]['rhat_log_lik']}, last-sample train error {rows[-1]['train_error_last_sample']})",
+                  flush=True)
             write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})
     path = write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})
     for r in summarise(rows):

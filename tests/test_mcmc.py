@@ -69,3 +69,33 @@ def test_predictions_use_the_gp_conditional_of_each_sample():
         expect = expect + lik.predict_log_proba(torch.as_tensor(m), torch.as_tensor(v)).exp().numpy() / 2
     assert np.allclose(got, expect, atol=1e-10)
     assert np.allclose(got.sum(1), 1.0)
+
+
+def test_split_rhat_matches_its_formula_and_flags_chains_that_disagree():
+    from sgpc.mcmc import split_rhat
+    rng = np.random.default_rng(0)
+    # the formula, by hand on a small case: chains cut in halves, W = mean within-half variance,
+    # B/n = variance of the half means
+    t = np.array([[1.0, 2.0, 4.0, 3.0, 0.0, 5.0], [2.0, 2.5, 1.0, 3.5, 3.0, 2.0]])
+    halves = np.array([t[0, :3], t[0, 3:], t[1, :3], t[1, 3:]])
+    W = halves.var(axis=1, ddof=1).mean()
+    Bn = halves.mean(axis=1).var(ddof=1)
+    assert split_rhat(t) == pytest.approx(math.sqrt((2 / 3 * W + Bn) / W), rel=1e-12)
+    # independent draws from one distribution: R̂ ≈ 1; chains stuck at different levels, or a trend
+    # within each chain (the halves differ): R̂ well above 1
+    assert abs(split_rhat(rng.standard_normal((4, 2000))) - 1.0) < 0.01
+    assert split_rhat(rng.standard_normal((4, 2000)) + np.arange(4)[:, None]) > 1.5
+    assert split_rhat(rng.standard_normal((2, 2000)) + np.linspace(0, 4, 2000)) > 1.2     # ≈ √2 for this trend
+    with pytest.raises(ValueError, match="draws"):
+        split_rhat(np.zeros((2, 3)))
+
+
+def test_the_log_likelihood_trace_belongs_to_the_kept_samples():
+    X = torch.linspace(-2, 2, 5, dtype=DT)[:, None]
+    kern = K.RBF(1, 3, lengthscale=0.8, variance=1.0, noise=1e-3, dtype=DT)
+    lik = RobustMax(3)
+    y = torch.tensor([0, 1, 2, 1, 0])
+    samples, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), prior_cholesky(kern, X), 30,
+                                     burn_in=10, thin=3, generator=torch.Generator().manual_seed(3))
+    want = torch.stack([lik.log_prob(y, F.T).sum() for F in samples])
+    torch.testing.assert_close(info["log_lik"], want, rtol=1e-12, atol=1e-12)

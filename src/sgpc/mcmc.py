@@ -27,7 +27,7 @@ import torch
 
 from .gaussian import cholesky, solve_lower
 
-__all__ = ["prior_cholesky", "elliptical_slice", "predict_log_proba"]
+__all__ = ["prior_cholesky", "elliptical_slice", "predict_log_proba", "split_rhat"]
 
 
 @torch.no_grad()
@@ -50,7 +50,8 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
         n_samples: samples kept; burn_in: iterations discarded first; thin: iterations per kept sample.
         f0: initial state (default: zeros). generator: the only randomness (seeded: reproducible).
     Returns:
-        (samples [n_samples,L,N], info with the mean number of proposals per iteration).
+        (samples [n_samples,L,N], info): info["proposals_per_iteration"] (mean ellipse proposals) and
+        info["log_lik"], the log-likelihood of each kept sample [n_samples] (a trace for ``split_rhat``).
     """
     if n_samples < 1 or burn_in < 0 or thin < 1:
         raise ValueError(f"need n_samples >= 1, burn_in >= 0, thin >= 1; got {n_samples}, {burn_in}, {thin}")
@@ -60,7 +61,7 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
     ll = float(log_lik(f))
     if not math.isfinite(ll):
         raise ValueError("the initial state has zero likelihood; pass an f0 with finite log_lik")
-    out, proposals = [], 0
+    out, trace, proposals = [], [], 0
     total = burn_in + n_samples * thin
     for it in range(total):
         nu = (chol @ torch.randn(L, N, 1, dtype=dt, generator=generator).to(chol.device))[..., 0]
@@ -81,7 +82,31 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
             theta = lo + (hi - lo) * float(torch.rand((), dtype=dt, generator=generator))
         if it >= burn_in and (it - burn_in) % thin == thin - 1:
             out.append(f)
-    return torch.stack(out), {"proposals_per_iteration": proposals / total}
+            trace.append(ll)
+    return torch.stack(out), {"proposals_per_iteration": proposals / total,
+                              "log_lik": torch.tensor(trace, dtype=torch.float64)}
+
+
+def split_rhat(traces) -> float:
+    """Split-R̂ of a scalar quantity from several chains (Gelman et al., Bayesian Data Analysis 3rd ed.,
+    §11.4): each chain [n] is cut into halves, and with W the mean within-half variance and B/n the
+    variance of the half means, R̂ = √(((n−1)/n · W + B/n) / W). Values near 1 (say < 1.01–1.05) are
+    needed for the chains to be read as draws from one distribution; it is far above 1 when chains (or
+    the two halves of a chain) sit in different places.
+
+    Args:
+        traces: [chains, draws] (array-like; at least 1 chain of at least 4 draws).
+    """
+    t = torch.as_tensor(traces, dtype=torch.float64)
+    if t.dim() != 2 or t.shape[1] < 4:
+        raise ValueError(f"traces must be [chains, draws] with at least 4 draws, got shape {tuple(t.shape)}")
+    n = t.shape[1] // 2
+    halves = torch.cat([t[:, :n], t[:, -n:]])                 # [2·chains, n] (the middle draw of odd n dropped)
+    W = halves.var(dim=1, unbiased=True).mean()
+    B_over_n = halves.mean(dim=1).var(unbiased=True)
+    if W == 0:
+        return 1.0 if B_over_n == 0 else math.inf
+    return float(torch.sqrt(((n - 1) / n * W + B_over_n) / W))
 
 
 @torch.no_grad()
