@@ -40,6 +40,24 @@ def ranks(rows):
     return [{"method": m, "alpha": a, "mean_rank": float(np.mean(v)), "n": len(v)} for (m, a), v in sorted(acc.items())]
 
 
+def table(rows) -> str:
+    """Markdown table of test NLL, mean over splits, per set × method (rows) and α (columns); the lowest
+    NLL of each row in bold, and the number of splits."""
+    alphas = sorted({r["alpha"] for r in rows})
+    cells = defaultdict(list)
+    for r in rows:
+        cells[(r["set"], r["method"], r["alpha"])].append(r["nll"])
+    lines = ["| set | method | splits | " + " | ".join(f"α = {a:g}" for a in alphas) + " |",
+             "|---|---|---|" + "---|" * len(alphas)]
+    for name, method in sorted({(r["set"], r["method"]) for r in rows}):
+        vals = [np.mean(cells[(name, method, a)]) if cells[(name, method, a)] else None for a in alphas]
+        best = min(v for v in vals if v is not None)
+        txt = ["—" if v is None else (f"**{v:.3f}**" if v == best else f"{v:.3f}") for v in vals]
+        n = max(len(cells[(name, method, a)]) for a in alphas)
+        lines.append(f"| {name} | {method} | {n} | " + " | ".join(txt) + " |")
+    return "\n".join(lines)
+
+
 def merge(paths, out):
     """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell)."""
     import json
@@ -58,6 +76,7 @@ def merge(paths, out):
         groups[(r["method"], r["set"], r["fraction"], r["seed"])].append(r)
     complete = [r for k, rs in groups.items() if len(rs) == len(alphas[k[0]]) for r in rs]
     path = write(out, {"config": {"merged": paths}, "runs": rows, "ranks": ranks(complete)})
+    print(table(complete))
     for r in ranks(complete):
         print(f"{r['method']:6s} alpha={r['alpha']:<5g} mean rank {r['mean_rank']:.2f} (n={r['n']})")
     print(f"{len(rows)} runs, {len(complete)} in complete groups; wrote", path)
