@@ -247,3 +247,14 @@ def test_raw_pixel_inputs_fit_without_standardisation():
     Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
     clf = GPClassifier(method="vi", n_inducing=30, max_iter=60, learning_rate=0.05, random_state=0).fit(Xtr, ytr)
     assert clf.score(Xte, yte) > 0.85
+
+
+def test_reversed_views_are_accepted(iris):
+    # X[::-1] has negative strides, which torch cannot wrap: fit, predict and the uncertainty scores copy it
+    from sgpc import uncertainty as U
+    X, y = iris
+    a = GPClassifier(**FAST).fit(X[::-1], y[::-1])
+    b = GPClassifier(**FAST).fit(X[::-1].copy(), y[::-1].copy())
+    assert np.array_equal(a.predict_proba(X[::-2]), b.predict_proba(X[::-2].copy()))
+    assert np.array_equal(U.acquisition_scores(a, X[::-3], "entropy", 10, 0),
+                          U.acquisition_scores(a, X[::-3].copy(), "entropy", 10, 0))

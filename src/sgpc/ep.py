@@ -389,6 +389,32 @@ class EP:
         labels = None if y is None else y.detach().clone()
         return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M), y=labels)
 
+    @torch.no_grad()
+    def carry(self, model: SparseGP, state: EPState, X, y, keep: torch.Tensor) -> EPState:
+        """The state for a new training set that shares rows with the old one (a warm start).
+
+        Args:
+            keep [N'] int64: for each new row, the old row whose site it takes over, or −1 for a row
+                without one (its site starts at zero); y [N'] the new labels.
+        Returns a state whose θ̃ is rebuilt from the kept sites (eqs. 25–27: q = p(u) Π sites), so
+        sites of rows that were dropped leave q. The damping clock restarts: the new rows' sites are
+        updated with the initial damping, not the annealed one.
+        """
+        have = keep >= 0
+        src = keep.clamp_min(0)
+
+        def take(a):
+            return torch.where(have.view(-1, *([1] * (a.dim() - 1))), a[src], torch.zeros((), dtype=a.dtype, device=a.device))
+
+        c1, c2, V = take(state.c1), take(state.c2), take(state.V)
+        latent = self.factors(model, y).latent
+        L = model.n_latent
+        d1, d2 = per_latent(c1, latent, L), per_latent(c2, latent, L)   # [L,N']
+        Vt = V.transpose(0, 1)                                          # [L,N',M]
+        Lam = Vt.mT @ (d1[..., None] * Vt)
+        return EPState(Lam=0.5 * (Lam + Lam.mT), h=(d2[..., None] * Vt).sum(1), c1=c1, c2=c2, V=V,
+                       skipped=state.skipped, redamped=state.redamped, y=y.detach().clone())
+
     def _damping(self, step: float) -> float:
         return max(self.damping * self.decay ** step, self.min_damping)
 

@@ -39,7 +39,9 @@ __all__ = ["GPClassifier", "METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"
 
 METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc")
 STREAM_METHODS = ("vi", "sep", "apep", "arpep", "rpapep")   # state independent of N: can stream / run data-parallel
-FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids and warm starts
+FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids
+ROW_SITE_METHODS = ("ep", "pep", "gfitc")                    # one EP site per training row
+WARM_METHODS = FREE_GAUSSIAN_METHODS + ROW_SITE_METHODS + ("sep", "apep")   # warm_start (rmgpc/smgpc: not yet)
 LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" ...
 EP_BINARY_LIKELIHOODS = ("step", "probit", "logit")   # ... and binary EP/SEP/PEP with one-latent probit sites
@@ -47,6 +49,25 @@ KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear", "matern52+rbf")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 _FORMAT = "sgpc-model"
 _VERSION = 1
+
+
+_KEY_MULTIPLIERS = np.random.default_rng(20261124).integers(1, 2 ** 62, size=4096, dtype=np.uint64) * 2 + 1
+
+
+def row_keys(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """A 64-bit key of each row of X [N,D] (float64) with its label y [N] (int): equal rows get equal keys.
+
+    Σ_d bits(x_d)·m_d + y·m_D mod 2⁶⁴ with fixed odd multipliers m (cycled past 4 096 features): two
+    rows that differ in one feature's bits never collide, and distinct rows collide with probability
+    about 2⁻⁶⁴ otherwise. What a warm start matches per-row sites by (``GPClassifier.warm_start``).
+    """
+    bits = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
+    m = np.resize(_KEY_MULTIPLIERS, bits.shape[1] + 1)
+    keys = np.asarray(y).astype(np.uint64) * m[-1]
+    with np.errstate(over="ignore"):
+        for i in range(0, len(bits), 4096):                 # blocks bound the [rows, D] product's memory
+            keys[i:i + 4096] += (bits[i:i + 4096] * m[:-1]).sum(1, dtype=np.uint64)
+    return keys
 
 
 def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
@@ -214,9 +235,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             standard deviation of each feature, floored so that no single feature isolates a row
             (``initial_lengthscales``). init_variance: initial kernel amplitude σ²
             (additive-noise-gpc App. D: 0.1√D and 5.0).
-        warm_start: when the estimator was fitted before with the same number of classes (and features),
-            ``fit`` continues from the previous hyper-parameters, inducing inputs, feature extractor and q
-            instead of re-initialising them (free-Gaussian methods; used by active learning).
+        warm_start: when the estimator was fitted before with the same classes (and features), ``fit``
+            continues from the previous hyper-parameters, inducing inputs, feature extractor and q instead
+            of re-initialising them (used by active learning; every method but rmgpc/smgpc). The
+            site-based methods carry their sites over: ep/pep/gfitc match each training row to an
+            identical row (features and label) of the previous fit and keep its site, a new row's
+            site starts at zero and a dropped row's site leaves q; sep scales its tied site to the new
+            slot counts; apep keeps its tied factor. Their damping clock restarts.
         outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
             (default Beta(1, 9): prior mean 0.1).
         sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
@@ -301,9 +326,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
         if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
             raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(self.feature_extractor).__name__}")
-        if (self.feature_extractor is not None or self.warm_start) and self.method not in FREE_GAUSSIAN_METHODS:
-            raise ValueError(f"feature_extractor and warm_start need a free-Gaussian method "
+        if self.feature_extractor is not None and self.method not in FREE_GAUSSIAN_METHODS:
+            raise ValueError(f"feature_extractor needs a free-Gaussian method "
                              f"({', '.join(map(repr, FREE_GAUSSIAN_METHODS))}), got method={self.method!r}")
+        if self.warm_start and self.method not in WARM_METHODS:
+            raise ValueError(f"warm_start is not supported by method={self.method!r}; "
+                             f"it is by {', '.join(map(repr, WARM_METHODS))}")
         self._check_additive_options()
 
     def _check_additive_options(self) -> None:
@@ -423,16 +451,36 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return None
         return copy.deepcopy(self.feature_extractor).to(device=self.device, dtype=self._torch_dtype())
 
-    def _warm(self, D: int, C: int) -> bool:
-        """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model)."""
-        if not (self.warm_start and hasattr(self, "state_") and self.model_.likelihood.n_classes == C):
+    def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None) -> bool:
+        """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
+        the same classes ``previous`` and, without a feature extractor, the same number of features D)."""
+        if not (self.warm_start and hasattr(self, "state_") and previous is not None
+                and len(previous) == len(classes) and bool(np.all(previous == classes))):
             return False
         return self.model_.feature_extractor is not None or self.model_.kernel.input_dim == D
 
+    def _carried_state(self, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None):
+        """The previous fit's engine state carried over to the training set Xt, yt (a warm start).
+
+        Per-row sites follow their rows: ``keys`` (``row_keys`` of the new rows) are matched against
+        the previous fit's, each previous row used at most once; unmatched rows get −1 (a zero site)."""
+        carry = getattr(engine, "carry", None)
+        if carry is None:                  # a free Gaussian q: nothing depends on the training rows
+            return self.state_
+        keep = None
+        if keys is not None:
+            old = getattr(self, "_row_keys_", None)
+            rows: dict[int, list[int]] = {}
+            for i, k in enumerate(() if old is None else old.tolist()):
+                rows.setdefault(k, []).append(i)
+            keep_np = np.array([rows[k].pop(0) if rows.get(k) else -1 for k in keys.tolist()], dtype=np.int64)
+            keep = torch.as_tensor(keep_np, device=self.device)
+        return carry(self.model_, self.state_, Xt, yt, keep)
+
     def _tensor(self, A: np.ndarray) -> torch.Tensor:
         A = np.asarray(A)
-        if not A.flags.writeable:   # torch cannot wrap read-only memory (e.g. memory-mapped input)
-            A = A.copy()
+        if not A.flags.writeable or any(st < 0 for st in A.strides):
+            A = A.copy()   # torch cannot wrap read-only memory (memory-mapped input) or reversed views (X[::-1])
         return torch.as_tensor(A, dtype=self._torch_dtype(), device=self.device)
 
     # -- the estimator API ---------------------------------------------------------------------------
@@ -457,6 +505,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("requires y to be passed, but the target y is None")
         X, y = _validated(self, X, y, reset=True)
         check_classification_targets(y)
+        previous_classes = getattr(self, "classes_", None)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"y has only one class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
@@ -475,7 +524,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         generator = torch.Generator().manual_seed(seed)
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
-        warm = self._warm(D, len(self.classes_))
+        warm = self._warm(D, self.classes_, previous_classes)
+        keys = row_keys(X, y_enc) if self.method in ROW_SITE_METHODS else None
         if not warm:
             extractor = self._copy_extractor()
             # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
@@ -489,7 +539,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             self.model_ = self._build(H.shape[1], len(self.classes_), Z, lengthscale, extractor)
             if full_gp:
                 self.model_.Z.requires_grad_(False)
-        state = self.state_ if warm else engine.init(self.model_, Xt, yt, generator)
+        state = self._carried_state(engine, Xt, yt, keys) if warm else engine.init(self.model_, Xt, yt, generator)
         settings = self._train_settings()
         validate = self._validator(engine, X_val, y_val)
         if self.verbose:
@@ -505,6 +555,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
+        if keys is not None:
+            self._row_keys_ = keys
         return self
 
     @staticmethod
@@ -650,6 +702,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         }
         if hasattr(self, "feature_names_in_"):
             payload["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
+            payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
         for k, v in payload["params"].items():
             if not (v is None or isinstance(v, (bool, int, float, str))):
                 raise TypeError(f"parameter {k}={v!r} cannot be saved (only numbers, strings, booleans, None); "
@@ -712,6 +766,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
+            if "row_keys" in d:
+                est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: {type(exc).__name__}: {exc}") from None
         return est

@@ -499,6 +499,21 @@ class GFITC:
         return GFITCState(X=X.detach(), y=y.long(), tau_y=s.tau_y, nu_y=s.nu_y, tau_k=s.tau_k, nu_k=s.nu_k,
                           log_Z_site=torch.zeros_like(s.tau_y))
 
+    @torch.no_grad()
+    def carry(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor,
+              keep: torch.Tensor) -> GFITCState:
+        """The state for a new training set X, y (a warm start): each row takes over the sites of the old
+        row ``keep`` names (−1: zero sites); the next ``update`` runs EP from there."""
+        have = (keep >= 0)[:, None]
+        src = keep.clamp_min(0)
+
+        def take(a):
+            return torch.where(have, a[src], torch.zeros((), dtype=a.dtype, device=a.device))
+
+        return GFITCState(X=X.detach(), y=y.long(), tau_y=take(state.tau_y), nu_y=take(state.nu_y),
+                          tau_k=take(state.tau_k), nu_k=take(state.nu_k), log_Z_site=take(state.log_Z_site),
+                          skipped=state.skipped, redamped=state.redamped, reset=state.reset)
+
     @staticmethod
     def _check_full_batch(state: GFITCState, X: torch.Tensor, idx: torch.Tensor | None) -> None:
         n = state.tau_y.shape[0]

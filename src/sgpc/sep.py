@@ -124,6 +124,17 @@ class SEP:
             return N_l * (N_l.shape[0] - 1) + (N_l.sum() - N_l)
         return torch.full_like(N_l, float(N_l.sum()))
 
+    @torch.no_grad()
+    def carry(self, model: SparseGP, state: SEPState, X, y, keep: torch.Tensor) -> SEPState:
+        """The state for a new training set (a warm start; ``keep`` as in ``ep.EP.carry``, unused here).
+
+        The tied site is n_l copies of one average site (§2.3.1): with the new slot counts n'_l it
+        becomes n'_l copies, θ̃_l ← θ̃_l · n'_l / n_l. The damping clock restarts."""
+        counts = self.init(model, None, y, None).counts
+        scale = counts / state.counts.clamp_min(1.0)
+        return SEPState(Lam=state.Lam * scale[:, None, None], h=state.h * scale[:, None], counts=counts,
+                        skipped=state.skipped, redamped=state.redamped)
+
     def _cavity_sites(self, state: SEPState) -> TiedSites:
         keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))
         return TiedSites(state.Lam * keep[:, None, None], state.h * keep[:, None])
@@ -338,6 +349,10 @@ class APEP:
     def init(self, model: SparseGP, X, y, generator) -> APEPState:
         """q starts near the prior (T = 0.1·I, b = 0)."""
         return APEPState(TiedFactor(model.n_latent, model.n_inducing, dtype=model.Z.dtype, device=model.Z.device))
+
+    def carry(self, model, state, X, y, keep) -> APEPState:
+        """A warm start keeps the tied factor as it is (it enters the energy as a whole; N only sets the cavity)."""
+        return state
 
     def update(self, model, state, X, y, n_total, idx=None) -> APEPState:
         """No closed-form step: the factor is optimised by gradient with the hyper-parameters."""

@@ -27,7 +27,7 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .estimator import FREE_GAUSSIAN_METHODS
+from .estimator import WARM_METHODS
 from .metrics import nll, predictive_entropy
 from .sparse import evaluating, marginals
 
@@ -39,7 +39,7 @@ ACQUISITIONS = ("variation_ratio", "entropy", "mean_entropy", "bald", "random")
 
 def _inputs(estimator, X) -> torch.Tensor:
     check_is_fitted(estimator, "posterior_")
-    X = check_array(X, dtype=np.float64)
+    X = check_array(X, dtype=np.float64, order="C")         # also copies reversed views, which torch rejects
     if X.shape[1] != estimator.n_features_in_:
         raise ValueError(f"X has {X.shape[1]} features, the estimator was fitted with {estimator.n_features_in_}")
     q = estimator.posterior_
@@ -151,14 +151,13 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
 
     Start from ``n_initial_per_class`` uniformly chosen labelled rows per class of ``y_pool`` (or from
     the pool rows ``initial``); each round scores the unlabelled pool, labels its highest-scoring row
-    and refits. The first fit uses the estimator's settings. Free-Gaussian methods (vi, arpep, rpapep,
-    bsvm) refit from the previous hyper-parameters, inducing inputs and q (``warm_start=True``) for
-    ``refit_max_iter`` steps (default: the estimator's ``max_iter``); the site-based methods (ep, sep,
-    pep, apep, gfitc, ...) have one site per labelled row, so they refit from scratch with the
-    estimator's settings.
+    and refits. The first fit uses the estimator's settings. Later fits continue from the previous
+    hyper-parameters, inducing inputs and q (``warm_start=True``; EP-style methods carry their sites
+    over, the new row's starting at zero) for ``refit_max_iter`` steps (default: the estimator's
+    ``max_iter``); rmgpc/smgpc, which have no warm start, refit from scratch with the estimator's settings.
 
     Args:
-        estimator: an unfitted ``GPClassifier`` of a free-Gaussian method (cloned, not modified).
+        estimator: an unfitted ``GPClassifier`` (cloned, not modified).
         X_pool [P,D], y_pool [P]: the pool with its (hidden) labels. X_test, y_test: evaluation data.
         n_queries: rounds; acquisition: one of ``ACQUISITIONS``; n_samples: S for sampled scores.
         initial: pool row indices labelled at the start (distinct, covering at least 2 classes);
@@ -207,7 +206,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
-    if getattr(model, "method", None) in FREE_GAUSSIAN_METHODS:
+    if getattr(model, "method", None) in WARM_METHODS:
         model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)

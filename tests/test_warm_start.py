@@ -1,0 +1,132 @@
+"""warm_start for the site-based methods: sites follow their rows (ep, pep, gfitc), the tied site
+follows the slot counts (sep), the tied factor stays (apep); row keys; persistence of the keys."""
+import numpy as np
+import pytest
+import torch
+
+from sgpc import GPClassifier
+from sgpc.estimator import row_keys
+
+
+def _blobs(n_per=15, C=3, seed=0):
+    g = np.random.default_rng(seed)
+    centres = 3.0 * np.stack([np.cos(2 * np.pi * np.arange(C) / C), np.sin(2 * np.pi * np.arange(C) / C)], 1)
+    X = np.concatenate([c + g.normal(size=(n_per, 2)) for c in centres])
+    return X, np.repeat(np.arange(C), n_per)
+
+
+def test_row_keys_tell_rows_apart_bit_for_bit():
+    X = np.random.default_rng(0).normal(size=(50, 7))
+    y = np.arange(50) % 3
+    k = row_keys(X, y)
+    assert k.dtype == np.uint64 and len(np.unique(k)) == 50
+    assert np.array_equal(row_keys(X[::-1], y[::-1]), k[::-1])           # a row's key is its own
+    X2 = X.copy()
+    X2[3, 5] = np.nextafter(X2[3, 5], np.inf)                              # one ulp in one feature
+    assert (row_keys(X2, y) != k).tolist() == [i == 3 for i in range(50)]
+    y2 = y.copy()
+    y2[7] = (y2[7] + 1) % 3                                                # same features, other label
+    assert (row_keys(X, y2) != k).tolist() == [i == 7 for i in range(50)]
+    wide = np.random.default_rng(1).normal(size=(3, 5000))                 # more features than multipliers
+    assert len(np.unique(row_keys(wide, np.zeros(3, int)))) == 3
+
+
+@pytest.mark.parametrize("method", ["ep", "pep"])
+def test_ep_sites_follow_their_rows(method):
+    X, y = _blobs()
+    est = GPClassifier(method=method, n_inducing=8, max_iter=40, random_state=0).fit(X, y)
+    old = est.state_
+    perm = np.random.default_rng(1).permutation(len(X))
+    new_x = np.array([[0.1, -0.2]])
+    X2, y2 = np.r_[X[perm][5:], new_x], np.r_[y[perm][5:], 1]              # shuffled, 5 dropped, 1 added
+    engine = est._make_engine()
+    st = est._carried_state(engine, est._tensor(X2), torch.as_tensor(y2), row_keys(X2, y2))
+    src = torch.as_tensor(perm[5:])
+    assert torch.equal(st.c1[:-1], old.c1[src]) and torch.equal(st.V[:-1], old.V[src])
+    assert st.c1[-1].abs().sum() == 0 and st.c2[-1].abs().sum() == 0    # the new row's site is zero
+    # θ̃ is the sum of the kept sites: the dropped rows' sites are taken out of q
+    dropped = torch.as_tensor(perm[:5])
+    full = engine.carry(est.model_, old, None, torch.as_tensor(y), torch.arange(len(X)))
+    assert torch.allclose(full.Lam, old.Lam, atol=1e-8) and torch.allclose(full.h, old.h, atol=1e-8)
+    only_dropped = engine.carry(est.model_, old, None, torch.as_tensor(y[perm[:5]]), dropped)
+    assert torch.allclose(st.Lam + only_dropped.Lam, old.Lam, atol=1e-8)
+    assert torch.allclose(st.h + only_dropped.h, old.h, atol=1e-8)
+
+
+def test_warm_ep_refit_starts_at_the_previous_posterior():
+    # after a fit run to near convergence, a warm refit on the same rows with no hyper-parameter step
+    # (max_iter=0: only the final site refresh) keeps q; a cold start with the same hyper-parameters is
+    # still near the prior after that one damped sweep
+    X, y = _blobs()
+    est = GPClassifier(method="ep", n_inducing=8, max_iter=150, random_state=0).fit(X, y)
+    q0 = est.posterior_
+    est.set_params(warm_start=True, max_iter=0).fit(X[::-1], y[::-1])      # rows in another order
+    scale = float(q0.mean.abs().max())
+    assert (est.posterior_.mean - q0.mean).abs().max() < 0.05 * scale
+    engine, Xt, yt = est._make_engine(), est._tensor(X), torch.as_tensor(y)
+    cold = engine.update(est.model_, engine.init(est.model_, Xt, yt, None), Xt, yt, len(X))
+    assert (engine.posterior(est.model_, cold).mean - q0.mean).abs().max() > 0.3 * scale
+
+
+def test_warm_gfitc_starts_ep_from_the_converged_sites():
+    X, y = _blobs(10)
+    est = GPClassifier(method="gfitc", n_inducing=6, max_iter=5, optimizer="lbfgs", learning_rate=1.0,
+                       random_state=0).fit(X, y)
+    old = est.state_
+    X2, y2 = np.r_[X, [[0.0, 0.0]]], np.r_[y, 2]
+    engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
+    carried = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    assert torch.equal(carried.tau_k[:-1], old.tau_k) and torch.equal(carried.nu_y[:-1], old.nu_y)
+    assert float(carried.tau_k[-1].abs().sum() + carried.nu_k[-1].abs().sum()) == 0.0
+    # EP from the carried sites converges in fewer sweeps than from zero sites (same hyper-parameters)
+    warm = engine.update(est.model_, carried, Xt, yt, len(X2))
+    cold = engine.update(est.model_, engine.init(est.model_, Xt, yt, None), Xt, yt, len(X2))
+    assert warm.converged and warm.sweeps < cold.sweeps
+    est.set_params(warm_start=True, max_iter=0).fit(X2, y2)
+    assert est.state_.tau_y.shape[0] == len(X2)
+
+
+def test_sep_tied_site_follows_the_slot_counts():
+    X, y = _blobs()
+    est = GPClassifier(method="sep", n_inducing=8, max_iter=30, random_state=0).fit(X, y)
+    old = est.state_
+    engine = est._make_engine()
+    X2, y2 = np.r_[X, X], np.r_[y, y]                                      # every row twice
+    st = engine.carry(est.model_, old, est._tensor(X2), torch.as_tensor(y2), None)
+    assert torch.allclose(st.counts, 2 * old.counts)
+    assert torch.allclose(st.Lam, 2 * old.Lam) and torch.allclose(st.h, 2 * old.h)
+    assert st.step == 0.0
+
+
+def test_apep_and_sep_warm_refit_continue():
+    X, y = _blobs()
+    for method in ("apep", "sep"):
+        est = GPClassifier(method=method, n_inducing=8, max_iter=60, random_state=0).fit(X, y)
+        Z = est.model_.Z.detach().clone()
+        err = np.mean(est.predict(X) != y)
+        est.set_params(warm_start=True, max_iter=1).fit(X[1:], y[1:])
+        assert torch.allclose(est.model_.Z, Z, atol=0.05)                 # one step from the old Z, not k-means anew
+        assert np.mean(est.predict(X) != y) <= err + 0.05
+
+
+def test_warm_start_needs_the_same_classes_and_a_supporting_method():
+    X, y = _blobs()
+    est = GPClassifier(method="ep", n_inducing=8, max_iter=20, random_state=0).fit(X, y)
+    Z = est.model_.Z.detach().clone()
+    est.set_params(warm_start=True, max_iter=0).fit(X, np.array(["a", "b", "c"])[y])   # other class labels
+    assert not torch.allclose(est.model_.Z, Z, atol=1e-3)                 # a cold start: Z from k-means again
+    assert list(est.classes_) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="warm_start is not supported by method='rmgpc'"):
+        GPClassifier(method="rmgpc", warm_start=True).fit(X, y)
+
+
+def test_saved_model_keeps_its_row_keys(tmp_path):
+    X, y = _blobs()
+    est = GPClassifier(method="ep", n_inducing=8, max_iter=30, random_state=0).fit(X, y)
+    est.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    assert np.array_equal(back._row_keys_, est._row_keys_)
+    back.set_params(warm_start=True, max_iter=0).fit(X, y)
+    # the sites were carried (not restarted at zero): one damped refresh leaves them near the saved ones
+    assert torch.allclose(back.state_.c1, est.state_.c1, atol=0.5 * float(est.state_.c1.abs().max()))
+    assert float(back.state_.c1.abs().sum()) > 0.5 * float(est.state_.c1.abs().sum())
