@@ -4,12 +4,13 @@ Protocol (paper): 1 000 waveform rows, 100 for the initial training set, 400 as 
 set") and 500 for testing; 100 rows are added one at a time, either the pool row of highest predictive
 entropy or one drawn at random; test error after each addition; averages over repetitions (paper 100).
 The paper fits with L-BFGS, 250 iterations first and 25 per refit reusing the previous solution, and for
-PEP 50/5 iterations alternating site updates with L-BFGS. Here: ARPEP/RPAPEP (free Gaussian q) refit
-warm-started for --refit-iters L-BFGS steps after --initial-iters; PEP and APEP keep one site per
-training row (APEP: a tied factor over them), which ``GPClassifier`` does not carry over to a grown
-training set, so they refit from scratch for --cold-iters iterations each round (PEP with the adaptive
-rate of App. A, APEP with L-BFGS). M = --inducing random training rows; features standardised with the
-initial 100 rows' statistics; α → 0 is run as α = 1e-3. Repetition r permutes the 1 000 rows with seed r.
+PEP 50/5 iterations alternating site updates with L-BFGS. Here every method refits warm-started
+(``warm_start``): APEP/ARPEP/RPAPEP with --initial-iters then --refit-iters L-BFGS steps; PEP keeps each
+row's site (the new row's starts at zero) and runs --pep-iters (50, 5) iterations of site updates
+alternating with steps of the adaptive rate of App. A. M = --inducing random training rows; features
+standardised with the initial 100 rows' statistics; α → 0 is run as α = 1e-3. Repetition r permutes
+the 1 000 rows with seed r. (Before 2026-11-24 PEP and APEP refit from scratch for --cold-iters
+iterations each round: ``--cold`` repeats that.)
 
     python benchmarks/alpha_active_learning.py --methods arpep rpapep --alphas 0.001 0.5 1 --repeats 5
 
@@ -30,7 +31,6 @@ from sgpc.datasets import load
 from sgpc.uncertainty import active_learning
 
 OPT = {"pep": ("adaptive", 0.1), "apep": ("lbfgs", 1.0), "arpep": ("lbfgs", 1.0), "rpapep": ("lbfgs", 1.0)}
-WARM = ("arpep", "rpapep")
 POLICIES = {"entropy": "entropy", "random": "random"}
 
 
@@ -53,7 +53,11 @@ def main():
     ap.add_argument("--inducing", type=int, default=20)
     ap.add_argument("--initial-iters", type=int, default=250)
     ap.add_argument("--refit-iters", type=int, default=25)
-    ap.add_argument("--cold-iters", type=int, default=50, help="iterations of each from-scratch refit (pep, apep)")
+    ap.add_argument("--pep-iters", type=int, nargs=2, default=[50, 5], metavar=("FIRST", "REFIT"),
+                    help="PEP's iterations for the first fit and each warm refit (the paper's 50/5)")
+    ap.add_argument("--cold", action="store_true",
+                    help="PEP and APEP refit from scratch for --cold-iters each round (the protocol before warm starts)")
+    ap.add_argument("--cold-iters", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="alpha_active_learning")
     args = ap.parse_args()
@@ -66,13 +70,17 @@ def main():
         for method in args.methods:
             for alpha in args.alphas:
                 opt, lr = OPT[method]
-                iters = args.initial_iters if method in WARM else args.cold_iters
+                first, refit = args.pep_iters if method == "pep" else (args.initial_iters, args.refit_iters)
+                cold = args.cold and method in ("pep", "apep")
+                if cold:
+                    first = refit = args.cold_iters
                 est = GPClassifier(method=method, alpha=alpha, n_inducing=args.inducing, inducing_init="random",
-                                   optimizer=opt, learning_rate=lr, max_iter=iters, random_state=rep)
+                                   optimizer=opt, learning_rate=lr, max_iter=first, random_state=rep)
                 for policy, acquisition in POLICIES.items():
                     t0 = time.perf_counter()
                     h = active_learning(est, Xp, yp, Xt, yt, n_queries=args.queries, acquisition=acquisition,
-                                        initial=np.arange(100), refit_max_iter=args.refit_iters, random_state=rep)
+                                        initial=np.arange(100), refit_max_iter=refit, random_state=rep,
+                                        warm_start=not cold)
                     runs.append({"method": method, "alpha": alpha, "policy": policy, "repeat": rep,
                                  "error": h["error"], "nll": h["nll"], "time_s": time.perf_counter() - t0})
                     print(f"rep {rep} {method:6s} α={alpha:<5g} {policy:7s} error {h['error'][0]:.3f} -> "

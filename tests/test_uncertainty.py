@@ -123,6 +123,10 @@ def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
                       n_queries=1, acquisition="random", initial=start, refit_max_iter=2)
     assert fits == [(False, 3, 5), (False, 3, 6)]
     fits.clear()
+    U.active_learning(est, X, y, Xt, yt, n_queries=1, acquisition="random", initial=start, refit_max_iter=2,
+                      warm_start=False)
+    assert fits == [(False, 5, 5), (False, 5, 6)]
+    fits.clear()
     U.active_learning(GPClassifier(method="vi", n_inducing=4, max_iter=5, random_state=0), X, y, Xt, yt,
                       n_queries=1, acquisition="random", initial=start, refit_max_iter=2)
     assert fits == [(False, 5, 5), (True, 2, 6)]

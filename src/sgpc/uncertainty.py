@@ -145,7 +145,8 @@ def acquisition_scores(estimator, X, acquisition: str = "variation_ratio", n_sam
 
 def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int = 100,
                     acquisition: str = "variation_ratio", n_initial_per_class: int = 1, initial=None,
-                    n_samples: int = 100, refit_max_iter: int | None = None, random_state: int = 0) -> dict:
+                    n_samples: int = 100, refit_max_iter: int | None = None, warm_start: bool = True,
+                    random_state: int = 0) -> dict:
     """Pool-based active learning with warm-started refits (multiclass-bayesian-svm §4.3.1,
     alpha-divergence-multiclass-gpc §5.6).
 
@@ -154,7 +155,8 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
     and refits. The first fit uses the estimator's settings. Later fits continue from the previous
     hyper-parameters, inducing inputs and q (``warm_start=True``; EP-style methods carry their sites
     over, the new row's starting at zero) for ``refit_max_iter`` steps (default: the estimator's
-    ``max_iter``); rmgpc/smgpc, which have no warm start, refit from scratch with the estimator's settings.
+    ``max_iter``); rmgpc/smgpc, which have no warm start, and every method with ``warm_start=False``
+    refit from scratch with the estimator's settings.
 
     Args:
         estimator: an unfitted ``GPClassifier`` (cloned, not modified).
@@ -162,6 +164,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         n_queries: rounds; acquisition: one of ``ACQUISITIONS``; n_samples: S for sampled scores.
         initial: pool row indices labelled at the start (distinct, covering at least 2 classes);
             None: ``n_initial_per_class`` per class.
+        refit_max_iter: steps of each warm refit; warm_start: False refits every round from scratch.
         random_state: int seed of the initial rows, the sampled scores and random queries.
     Returns:
         dict with ``n_labelled``, ``error``, ``nll`` (test metrics, n_queries + 1 entries: before the
@@ -206,7 +209,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
-    if getattr(model, "method", None) in WARM_METHODS:
+    if warm_start and getattr(model, "method", None) in WARM_METHODS:
         model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)
