@@ -102,7 +102,7 @@ def test_active_learning_loop(acquisition):
 
 def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
     # alpha paper §5.6: the loop starts from given pool rows; a site-based method (ep) warm-starts from its
-    # sites like the free-Gaussian ones; rmgpc, which has no warm start, refits with its own settings
+    # sites like the free-Gaussian ones; warm_start=False refits from scratch with the estimator's settings
     X, y = _blobs(20, 3, sep=3.0)
     Xt, yt = _blobs(10, 3, sep=3.0, seed=1)
     fits = []
@@ -118,10 +118,6 @@ def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
                           refit_max_iter=2, random_state=0)
     assert h["n_labelled"] == [5, 6, 7, 8] and not set(h["queried"]) & set(start.tolist())
     assert fits == [(False, 5, 5), (True, 2, 6), (True, 2, 7), (True, 2, 8)]
-    fits.clear()
-    U.active_learning(GPClassifier(method="rmgpc", n_inducing=4, max_iter=3, random_state=0), X, y, Xt, yt,
-                      n_queries=1, acquisition="random", initial=start, refit_max_iter=2)
-    assert fits == [(False, 3, 5), (False, 3, 6)]
     fits.clear()
     U.active_learning(est, X, y, Xt, yt, n_queries=1, acquisition="random", initial=start, refit_max_iter=2,
                       warm_start=False)

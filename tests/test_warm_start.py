@@ -109,15 +109,31 @@ def test_apep_and_sep_warm_refit_continue():
         assert np.mean(est.predict(X) != y) <= err + 0.05
 
 
-def test_warm_start_needs_the_same_classes_and_a_supporting_method():
+def test_warm_start_needs_the_same_classes():
     X, y = _blobs()
     est = GPClassifier(method="ep", n_inducing=8, max_iter=20, random_state=0).fit(X, y)
     Z = est.model_.Z.detach().clone()
     est.set_params(warm_start=True, max_iter=0).fit(X, np.array(["a", "b", "c"])[y])   # other class labels
     assert not torch.allclose(est.model_.Z, Z, atol=1e-3)                 # a cold start: Z from k-means again
     assert list(est.classes_) == ["a", "b", "c"]
-    with pytest.raises(ValueError, match="warm_start is not supported by method='rmgpc'"):
-        GPClassifier(method="rmgpc", warm_start=True).fit(X, y)
+
+
+def test_rmgpc_carries_gaussian_and_indicator_sites():
+    X, y = _blobs(10)
+    y = y.copy()
+    y[:2] = 2                                                             # two flipped labels: outliers
+    est = GPClassifier(method="rmgpc", n_inducing=6, max_iter=3, optimizer="lbfgs", learning_rate=1.0,
+                       random_state=0).fit(X, y)
+    old = est.state_
+    X2, y2 = np.r_[X[5:], [[0.0, 0.0]]], np.r_[y[5:], 1]
+    engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
+    st = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    fresh = engine.init(est.model_, Xt, yt, None)
+    for name in ("tau_y", "nu_k", "q_lik", "q_prior", "a_site", "b_site", "log_Z_site"):
+        assert torch.equal(getattr(st, name)[:-1], getattr(old, name)[5:]), name
+        assert torch.equal(getattr(st, name)[-1], getattr(fresh, name)[-1]), name
+    est.set_params(warm_start=True, max_iter=0).fit(X2, y2)
+    assert est.outlier_proba_.shape == (len(X2),)
 
 
 def test_saved_model_keeps_its_row_keys(tmp_path):

@@ -40,8 +40,7 @@ __all__ = ["GPClassifier", "METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"
 METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc")
 STREAM_METHODS = ("vi", "sep", "apep", "arpep", "rpapep")   # state independent of N: can stream / run data-parallel
 FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids
-ROW_SITE_METHODS = ("ep", "pep", "gfitc")                    # one EP site per training row
-WARM_METHODS = FREE_GAUSSIAN_METHODS + ROW_SITE_METHODS + ("sep", "apep")   # warm_start (rmgpc/smgpc: not yet)
+ROW_SITE_METHODS = ("ep", "pep", "gfitc", "rmgpc", "smgpc")  # one EP site per training row: warm starts match rows
 LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" ...
 EP_BINARY_LIKELIHOODS = ("step", "probit", "logit")   # ... and binary EP/SEP/PEP with one-latent probit sites
@@ -237,11 +236,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (additive-noise-gpc App. D: 0.1√D and 5.0).
         warm_start: when the estimator was fitted before with the same classes (and features), ``fit``
             continues from the previous hyper-parameters, inducing inputs, feature extractor and q instead
-            of re-initialising them (used by active learning; every method but rmgpc/smgpc). The
-            site-based methods carry their sites over: ep/pep/gfitc match each training row to an
-            identical row (features and label) of the previous fit and keep its site, a new row's
-            site starts at zero and a dropped row's site leaves q; sep scales its tied site to the new
-            slot counts; apep keeps its tied factor. Their damping clock restarts.
+            of re-initialising them (used by active learning). The site-based methods carry their
+            sites over: ep/pep/gfitc/rmgpc/smgpc match each training row to an identical row (features
+            and label) of the previous fit and keep its sites, a new row's start as in a cold fit and
+            a dropped row's leave q; sep scales its tied site to the new slot counts; apep keeps its
+            tied factor. Their damping clock restarts.
         outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
             (default Beta(1, 9): prior mean 0.1).
         sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
@@ -329,9 +328,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.feature_extractor is not None and self.method not in FREE_GAUSSIAN_METHODS:
             raise ValueError(f"feature_extractor needs a free-Gaussian method "
                              f"({', '.join(map(repr, FREE_GAUSSIAN_METHODS))}), got method={self.method!r}")
-        if self.warm_start and self.method not in WARM_METHODS:
-            raise ValueError(f"warm_start is not supported by method={self.method!r}; "
-                             f"it is by {', '.join(map(repr, WARM_METHODS))}")
         self._check_additive_options()
 
     def _check_additive_options(self) -> None:

@@ -34,7 +34,7 @@ or sequential (one-at-a-time) EP updates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -280,6 +280,23 @@ class RMGPC:
                           q_lik=torch.zeros_like(s.tau_y), q_prior=zeros_n + q0, a_site=zeros_n + 1.0,
                           b_site=zeros_n + 1.0, log_Z_site=torch.zeros_like(s.tau_y),
                           log_Z_rest=torch.zeros((), dtype=ref.dtype, device=ref.device))
+
+    @torch.no_grad()
+    def carry(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor,
+              keep: torch.Tensor) -> RMGPCState:
+        """The state for a new training set X, y (a warm start): each row takes over the Gaussian and
+        indicator sites of the old row ``keep`` names; −1 gives a new row the sites of ``init``. The
+        evidence terms are recomputed by the next ``update``."""
+        fresh = self.init(model, X, y, None)
+        have = keep >= 0
+        src = keep.clamp_min(0)
+
+        def take(old, new):
+            return torch.where(have.view(-1, *([1] * (old.dim() - 1))), old[src], new)
+
+        names = ("tau_y", "nu_y", "tau_k", "nu_k", "q_lik", "q_prior", "a_site", "b_site", "log_Z_site")
+        return replace(fresh, **{n: take(getattr(state, n), getattr(fresh, n)) for n in names},
+                       skipped=state.skipped, redamped=state.redamped, reset=state.reset)
 
     @staticmethod
     def _check_full_batch(state: RMGPCState, X: torch.Tensor, idx: torch.Tensor | None) -> None:

@@ -27,7 +27,6 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .estimator import WARM_METHODS
 from .metrics import nll, predictive_entropy
 from .sparse import evaluating, marginals
 
@@ -154,9 +153,9 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
     the pool rows ``initial``); each round scores the unlabelled pool, labels its highest-scoring row
     and refits. The first fit uses the estimator's settings. Later fits continue from the previous
     hyper-parameters, inducing inputs and q (``warm_start=True``; EP-style methods carry their sites
-    over, the new row's starting at zero) for ``refit_max_iter`` steps (default: the estimator's
-    ``max_iter``); rmgpc/smgpc, which have no warm start, and every method with ``warm_start=False``
-    refit from scratch with the estimator's settings.
+    over, the new row's starting as in a cold fit) for ``refit_max_iter`` steps (default: the
+    estimator's ``max_iter``); with ``warm_start=False`` every round refits from scratch with the
+    estimator's settings.
 
     Args:
         estimator: an unfitted ``GPClassifier`` (cloned, not modified).
@@ -209,7 +208,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
-    if warm_start and getattr(model, "method", None) in WARM_METHODS:
+    if warm_start:
         model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)
