@@ -116,6 +116,10 @@ def test_warm_start_needs_the_same_classes():
     est.set_params(warm_start=True, max_iter=0).fit(X, np.array(["a", "b", "c"])[y])   # other class labels
     assert not torch.allclose(est.model_.Z, Z, atol=1e-3)                 # a cold start: Z from k-means again
     assert list(est.classes_) == ["a", "b", "c"]
+    est.set_params(max_iter=20).fit(X, y)                                  # Z moves away from k-means
+    Z = est.model_.Z.detach().clone()
+    est.set_params(method="pep", max_iter=0).fit(X, y)                     # another method: a cold start
+    assert not torch.allclose(est.model_.Z, Z, atol=1e-3) and est.state_.c1.shape[1:] == (1, 3)
 
 
 def test_rmgpc_carries_gaussian_and_indicator_sites():

@@ -449,8 +449,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
-        the same classes ``previous`` and, without a feature extractor, the same number of features D)."""
+        the same method and likelihood, the same classes ``previous`` and, without a feature extractor,
+        the same number of features D)."""
         if not (self.warm_start and hasattr(self, "state_") and previous is not None
+                and getattr(self, "_fitted_as_", None) == (self.method, self.likelihood)
                 and len(previous) == len(classes) and bool(np.all(previous == classes))):
             return False
         return self.model_.feature_extractor is not None or self.model_.kernel.input_dim == D
@@ -553,6 +555,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = len(history.iteration)
         if keys is not None:
             self._row_keys_ = keys
+        self._fitted_as_ = (self.method, self.likelihood)     # what a warm start may continue
         return self
 
     @staticmethod
@@ -625,6 +628,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
+        self._fitted_as_ = (self.method, self.likelihood)
         return self
 
     def _encode(self, y) -> np.ndarray:
@@ -762,6 +766,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
+            est._fitted_as_ = (est.method, est.likelihood)
             if "row_keys" in d:
                 est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
