@@ -16,6 +16,8 @@ Writes results/scalable_ep_mnist.json (+ .png).
 from __future__ import annotations
 
 import argparse
+import time
+
 import numpy as np
 import torch
 
@@ -96,13 +98,21 @@ def main():
         gen = torch.Generator().manual_seed(0)
         state = engine.init(model, Xtr_t, ytr_t, gen)
 
+        cpu = {"start": time.process_time(), "eval": 0.0}
+
         def validate(model, st):
+            # training CPU seconds of this process so far (evaluations excluded): unlike the wall clock
+            # they do not grow when other jobs share the core
+            t0 = time.process_time()
+            train_cpu = t0 - cpu["start"] - cpu["eval"]
             lp = predict_log_proba(model, engine.posterior(model, st), Xte_t, batch_size=2000)
             amp = model.kernel.variance.detach().double().cpu()          # the kernel amplitudes σ² [L]
-            return {"error": float((lp.argmax(1) != yte_t).double().mean()),
-                    "nll": float(-lp.gather(1, yte_t[:, None]).double().mean()),
-                    "amplitude_min": float(amp.min()), "amplitude_median": float(amp.median()),
-                    "amplitude_max": float(amp.max())}
+            out = {"error": float((lp.argmax(1) != yte_t).double().mean()),
+                   "nll": float(-lp.gather(1, yte_t[:, None]).double().mean()), "cpu_s": train_cpu,
+                   "amplitude_min": float(amp.min()), "amplitude_median": float(amp.median()),
+                   "amplitude_max": float(amp.max())}
+            cpu["eval"] += time.process_time() - t0
+            return out
 
         settings = TrainSettings(optimizer="adam", learning_rate=args.lr, lr_decay=args.lr_decay, max_iter=10 ** 9,
                                  batch_size=args.batch,
