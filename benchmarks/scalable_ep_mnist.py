@@ -102,7 +102,7 @@ def main():
 
         def validate(model, st):
             # training CPU seconds of this process so far (evaluations excluded): unlike the wall clock
-            # they do not grow when other jobs share the core
+            # they do not grow when other jobs share the core (they include ~1 s of set-up the clock excludes)
             t0 = time.process_time()
             train_cpu = t0 - cpu["start"] - cpu["eval"]
             lp = predict_log_proba(model, engine.posterior(model, st), Xte_t, batch_size=2000)
