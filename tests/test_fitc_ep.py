@@ -9,6 +9,7 @@ from torch.special import log_ndtr
 
 from sgpc import kernels as K
 from sgpc import fitc_ep as F
+from sgpc.ep import EP
 from sgpc.likelihoods import RobustMax
 from sgpc.quadrature import log_prob_largest
 from sgpc.sparse import SparseGP, marginals, predict_log_proba
@@ -176,6 +177,29 @@ def test_fitc_with_inducing_at_data_matches_dense_full_gp_ep(noise):
     tau, nu = F.site_totals(y, sites)
     log_Z = F.log_evidence(prior, tau, nu, F.site_log_normalizers(y, sites, mean, var))
     torch.testing.assert_close(log_Z, ref_logZ, rtol=1e-6, atol=1e-6)
+
+
+def test_sparse_ep_with_inducing_at_data_matches_gfitc():
+    # Z = X and no latent noise: the FITC prior is the exact GP prior, u = f at the data, and sparse EP's
+    # rank-one sites (scalable-ep eqs. 18–23, two coefficients on each of f^{y_i}, f^k_i) are the same family
+    # as GFITC's pairwise sites on the same step factors Θ(f^{y_i} − f^k_i) (eq. 6 with zero conditional
+    # variance). Both are parallel EP on one model, so they share a fixed point: log Z_q (eqs. 57–61) must
+    # equal GFITC's EP evidence and q(u) GFITC's posterior marginals. (With latent noise they differ by
+    # design: sparse EP moment-matches u with the noise integrated into Φ, GFITC matches f = u + noise.)
+    model, X, y = problem(N=12, noise=None)
+    C = model.n_latent
+    model.Z = torch.nn.Parameter(X.expand(C, *X.shape).clone())
+    _, mean, var, log_Z = converged(model, X, y, tol=1e-11)
+    ep = EP(damping=0.5, decay=1.0)
+    state = ep.init(model, X, y, None)
+    for _ in range(300):
+        state = ep.update(model, state, X, y, len(y))
+    q = ep.posterior(model, state)
+    assert abs(log_Z.item()) > 1.0 and mean.abs().max() > 0.1          # a non-trivial fixed point
+    # the remaining difference is the K_uu jitter inside both priors (~1e-8 here)
+    torch.testing.assert_close(-ep.loss(model, state, X, y, len(y)), log_Z, rtol=0, atol=1e-6)
+    torch.testing.assert_close(q.mean.T, mean, rtol=0, atol=1e-6)
+    torch.testing.assert_close(q.cov.diagonal(dim1=-2, dim2=-1).T, var, rtol=0, atol=1e-6)
 
 
 # -- tilted moments against 2-D integration ----------------------------------------------------------
