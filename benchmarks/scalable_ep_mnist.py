@@ -112,6 +112,8 @@ def main():
                    "amplitude_min": float(amp.min()), "amplitude_median": float(amp.median()),
                    "amplitude_max": float(amp.max())}
             cpu["eval"] += time.process_time() - t0
+            # progress while the run goes on (the full curve with wall-clock times is printed at the end)
+            print(f"{method:4s} alpha={alpha} cpu={train_cpu:7.1f}s err={out['error']:.4f} nll={out['nll']:.4f}", flush=True)
             return out
 
         settings = TrainSettings(optimizer="adam", learning_rate=args.lr, lr_decay=args.lr_decay, max_iter=10 ** 9,
