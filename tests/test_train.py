@@ -134,6 +134,31 @@ def test_lbfgs_full_batch_runs_and_improves():
     assert hist.objective[-1] > hist.objective[0]
 
 
+class _Scaled(VI):
+    """VI with its loss multiplied by a constant: the same optimum, a per-datum gradient as small as a fit on
+    ~10⁷ rows has (the fit loop divides the loss by N)."""
+
+    def loss(self, model, state, X, y, n_total, idx=None):
+        return 1e-6 * super().loss(model, state, X, y, n_total, idx)
+
+
+def test_lbfgs_does_not_stall_on_a_small_per_datum_gradient():
+    # torch's L-BFGS stops, silently and without a step, when the directional derivative is above
+    # −1e-9 or the largest gradient entry is below 1e-7 (absolute tolerances): at this scale every
+    # step was a no-op and the parameters never moved
+    model, X, y = problem()
+    engine = _Scaled()
+    state = engine.init(model, X, y, torch.Generator())
+    start = flat(model, state)
+    state, hist = fit(model, engine, state, X, y, TrainSettings(optimizer="lbfgs", learning_rate=1.0, max_iter=15),
+                      generator=torch.Generator())
+    assert (flat(model, state) - start).abs().max() > 1e-2
+    reference = run(TrainSettings(optimizer="lbfgs", learning_rate=1.0, max_iter=15))[2]
+    # the scaled fit climbs its objective as the unscaled one does (same optimum, scale-free steps)
+    gain, gain_ref = hist.objective[-1] - hist.objective[0], reference.objective[-1] - reference.objective[0]
+    assert gain > 0.5 * 1e-6 * gain_ref > 0
+
+
 class _NaNAfter(VI):
     """VI whose loss turns into NaN from the third step on, as a diverging fit would."""
 

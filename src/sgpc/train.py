@@ -345,8 +345,12 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     elif settings.optimizer == "adaptive":
         opt = SignAdaptive(params, lr=settings.learning_rate)
     else:
+        # torch's stopping tolerances are absolute (no step when the directional derivative is above −1e-9
+        # or every gradient entry is below 1e-7), and our loss is per datum (÷ N): on a large N or a flat
+        # objective every step was silently a no-op. The loop decides when to stop; one iteration and 25
+        # evaluations per step bound the work, and a zero gradient still takes no step.
         opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
-                                line_search_fn="strong_wolfe")
+                                line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
     history, start = History(), 0
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
         ck = load_checkpoint(settings.checkpoint_path)
