@@ -59,6 +59,26 @@ def test_epochs_count_minibatches():
     s = TrainSettings(batch_size=10, n_epochs=3)
     assert s.n_steps(40) == 12
     assert TrainSettings(n_epochs=3).n_steps(40) == 3
+    # the streams drop an epoch's incomplete last batch: 150 rows in batches of 100 is one batch per pass
+    assert TrainSettings(batch_size=100, n_epochs=2).n_steps(150) == 2
+    assert TrainSettings(batch_size=500, n_epochs=2).n_steps(150) == 2      # full batch
+
+
+def test_one_epoch_visits_every_row_once():
+    model, X, y = problem()                       # 40 rows, batches of 8: 5 steps, a permutation
+    seen = []
+
+    class Recording(VI):
+        def update(self, model, state, X, y, n_total, idx=None):
+            seen.append(idx.clone())
+            return state
+
+    engine = Recording()
+    fit(model, engine, engine.init(model, X, y, torch.Generator()), X, y,
+        TrainSettings(batch_size=8, n_epochs=2), generator=torch.Generator().manual_seed(1))
+    assert len(seen) == 10
+    for epoch in (seen[:5], seen[5:]):
+        assert sorted(torch.cat(epoch).tolist()) == list(range(40))
 
 
 def test_lr_decay_multiplies_the_rate_per_pass_and_survives_resume(tmp_path):
@@ -89,6 +109,18 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(tmp_path):
     torch.testing.assert_close(flat(m2, s2), flat(straight_model, straight_state), rtol=0, atol=0)
     assert h2.iteration == h0.iteration
     torch.testing.assert_close(torch.tensor(h2.objective), torch.tensor(h0.objective), rtol=0, atol=0)
+
+
+def test_resume_in_the_middle_of_an_epoch_continues_its_permutation(tmp_path):
+    # 40 rows in batches of 8 (5 per epoch), a checkpoint every 3 steps: the one at step 3 falls mid-epoch;
+    # the resumed run must see the 4th and 5th batches of that epoch's permutation, then the same epochs
+    ck = str(tmp_path / "ck.pt")
+    straight_model, straight_state, h0 = run(TrainSettings(learning_rate=0.05, max_iter=12, batch_size=8))
+    run(TrainSettings(learning_rate=0.05, max_iter=3, batch_size=8, checkpoint_path=ck, checkpoint_every=3))
+    m2, s2, h2 = run(TrainSettings(learning_rate=0.05, max_iter=12, batch_size=8, checkpoint_path=ck,
+                                   checkpoint_every=3), resume=True)
+    torch.testing.assert_close(torch.tensor(h2.objective), torch.tensor(h0.objective), rtol=0, atol=0)
+    torch.testing.assert_close(flat(m2, s2), flat(straight_model, straight_state), rtol=0, atol=0)
 
 
 def test_corrupt_or_foreign_checkpoints_are_rejected(tmp_path):

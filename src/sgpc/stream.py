@@ -10,7 +10,7 @@ Shuffling by blocks (``Minibatches``): each epoch draws a random order of the bl
 ``torch.Generator``, reads them k at a time (a *window* of ``buffer_blocks`` blocks), permutes the
 rows inside the window, and cuts consecutive minibatches of B rows from the concatenation of the
 permuted windows (a batch may straddle two windows; the epoch's last incomplete batch is dropped,
-as in ``train._batches``). A row's position is random within its window, not within the data set —
+as in ``train._IndexStream``). A row's position is random within its window, not within the data set —
 the usual compromise of out-of-core SGD; write row groups in random order (or of mixed content)
 when the file is sorted by something the label depends on.
 

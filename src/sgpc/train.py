@@ -131,7 +131,8 @@ class TrainSettings:
         """Total optimiser steps for a data set of ``n_rows``."""
         if self.n_epochs is None:
             return self.max_iter
-        per_epoch = 1 if self.batch_size is None else math.ceil(n_rows / min(self.batch_size, n_rows))
+        # the batch streams drop an epoch's incomplete last batch, so an epoch is ⌊N/B⌋ steps
+        per_epoch = 1 if self.batch_size is None else n_rows // min(self.batch_size, n_rows)
         return per_epoch * self.n_epochs
 
 
@@ -201,27 +202,36 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return d
 
 
-def _batches(n: int, batch_size: int | None, generator: torch.Generator):
-    """Endless stream of index tensors: full batch, or shuffled minibatches epoch after epoch."""
-    if batch_size is None or batch_size >= n:
-        full = torch.arange(n)
-        while True:
-            yield full
-    while True:
-        perm = torch.randperm(n, generator=generator)
-        for start in range(0, n - batch_size + 1, batch_size):
-            yield perm[start:start + batch_size]
-
-
 class _IndexStream:
-    """In-memory minibatches: rows of X, y at the indices of ``_batches``."""
+    """In-memory minibatches: the full batch, or epoch after epoch a fresh permutation of the rows cut into
+    batches (an epoch's incomplete last batch is dropped). Its position — the epoch's permutation and the
+    next batch's offset — is part of a checkpoint, so a fit resumed mid-epoch sees the rows it would have."""
 
     def __init__(self, X, y, batch_size, generator):
-        self.X, self.y, self._idx = X, y, _batches(X.shape[0], batch_size, generator)
+        self.X, self.y, self.generator = X, y, generator
+        n = X.shape[0]
+        self.batch_size = None if batch_size is None or batch_size >= n else batch_size
+        self.perm, self.pos = None, 0
 
     def __next__(self):
-        idx = next(self._idx)
+        n = self.X.shape[0]
+        if self.batch_size is None:
+            idx = torch.arange(n)
+        else:
+            if self.perm is None or self.pos + self.batch_size > n:
+                self.perm, self.pos = torch.randperm(n, generator=self.generator), 0
+            idx = self.perm[self.pos:self.pos + self.batch_size]
+            self.pos += self.batch_size
         return self.X[idx], self.y[idx], idx
+
+    def state_dict(self) -> dict:
+        return {"perm": self.perm, "pos": self.pos}
+
+    def load_state_dict(self, d: dict) -> None:
+        perm = d["perm"]
+        if perm is not None and (perm.dim() != 1 or perm.numel() != self.X.shape[0]):
+            raise ValueError(f"the checkpoint's epoch permutation has {perm.numel()} rows, the data {self.X.shape[0]}")
+        self.perm, self.pos = perm, int(d["pos"])
 
 
 class _SourceStream:
@@ -371,6 +381,11 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
             batches.batches.load_state_dict(ck["stream"])
     else:
         batches = _IndexStream(X, y, settings.batch_size, generator)
+        if start and "batches" in ck:       # checkpoints written before the position was saved lack it
+            try:
+                batches.load_state_dict(ck["batches"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(f"checkpoint {settings.checkpoint_path} does not match this data: {exc}") from None
     t0 = time.perf_counter() - (history.time[-1] if history.time else 0.0)
     bar = None
     if settings.progress:
@@ -447,7 +462,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(),
-                **({"stream": batches.batches.state_dict()} if streaming else {}),
+                **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
             })
         if out_of_time:
             break
