@@ -8,7 +8,7 @@ from sgpc import kernels as K
 from sgpc.gaussian import NotPositiveDefiniteError
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP
-from sgpc.train import CheckpointError, TrainSettings, fit, load_checkpoint
+from sgpc.train import CheckpointError, SignAdaptive, TrainSettings, fit, load_checkpoint
 from sgpc.vi import VI
 
 torch.set_default_dtype(torch.float64)
@@ -159,6 +159,21 @@ def test_invalid_settings():
         TrainSettings(optimizer="lbfgs", batch_size=10)
     with pytest.raises(ValueError, match="batch_size"):
         TrainSettings(batch_size=0)
+
+
+def test_adaptive_rule_is_refused_with_minibatches():
+    # with noisy gradients the sign rule halves a rate at about every other step: show the stall it prevents
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = SignAdaptive([p], lr=0.01)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        opt.zero_grad()
+        ((p - 1.0) ** 2).sum().add(0.5 * torch.randn(1, generator=g) * p).sum().backward()
+        opt.step()
+    assert opt.state[p]["rate"].item() < 1e-6 and abs(p.item() - 1.0) > 0.05
+    with pytest.raises(ValueError, match="adaptive.*full-batch.*adam"):
+        TrainSettings(optimizer="adaptive", batch_size=32)
+    TrainSettings(optimizer="adaptive")                             # full batch: the papers' rule
 
 
 def test_lbfgs_full_batch_runs_and_improves():

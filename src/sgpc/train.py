@@ -120,6 +120,11 @@ class TrainSettings:
             raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
         if self.optimizer == "lbfgs" and self.batch_size is not None:
             raise ValueError("optimizer='lbfgs' needs full-batch training (batch_size=None); use 'adam' for minibatches")
+        if self.optimizer == "adaptive" and self.batch_size is not None:
+            # minibatch noise flips gradient signs about every other step: each flip halves a rate, so the
+            # rates underflow towards 0 and the parameters freeze without any error
+            raise ValueError("optimizer='adaptive' is the papers' full-batch rule (batch_size=None): with minibatch "
+                             "gradients its rates halve at every sign flip and the fit stalls; use 'adam' for minibatches")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if not 0.0 < self.lr_decay <= 1.0:
