@@ -182,6 +182,14 @@ def test_streaming_errors(tmp_path):
         stream.ParquetSource(tmp_path / "s.parquet", target="label")
     with pytest.raises(ValueError, match="no label column"):
         stream.ParquetSource(tmp_path / "s.parquet", target="zzz")
+    # a missing label is an error, not a class: as strings it became "None", as integers a bare KeyError
+    for labels in (["a", None, "b", "a"], [0, None, 1, 0]):
+        pq.write_table(pa.table({"x": [0.1, 0.2, 0.3, 0.4], "label": labels}), tmp_path / "n.parquet")
+        src = stream.ParquetSource(tmp_path / "n.parquet", target="label")
+        with pytest.raises(ValueError, match="label column 'label' has 1 missing value"):
+            src.read(0)
+        with pytest.raises(ValueError, match="missing value"):
+            _clf().fit(src)
 
 
 def test_cli_fit_stream_and_predict(tmp_path, capsys):

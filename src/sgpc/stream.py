@@ -96,7 +96,11 @@ class ParquetSource:
             X[:, j] = col.to_numpy()
         if self.target is None:
             return X, None
-        y = t.column(self.target).to_numpy(zero_copy_only=False)
+        label = t.column(self.target)
+        if label.null_count:      # as strings a null would become a class named "None"
+            raise ValueError(f"{self.path}: label column {self.target!r} has {label.null_count} missing value(s) "
+                             f"in row group {block}")
+        y = label.to_numpy(zero_copy_only=False)
         # string labels as a fixed-width array, not Python objects: a kept sample of object labels
         # would pin the interpreter's memory arenas of every block it came from
         return X, y.astype(str) if y.dtype == object else y
