@@ -137,6 +137,39 @@ def test_streamed_fit_learns(tmp_path):
     assert err < 0.15, err          # the classes are (almost) separable by two thresholds
 
 
+@pytest.mark.parametrize("method", ["vi", "sep"])
+def test_streamed_warm_start_continues_the_previous_fit(method):
+    X, y = _data(n=400)
+    clf = GPClassifier(method=method, n_inducing=6, batch_size=50, max_iter=15, learning_rate=0.05,
+                       warm_start=True, random_state=0).fit(stream.NpySource(X, y, block_rows=100))
+    before = {k: v.clone() for k, v in clf.model_.state_dict().items()}
+    state = clf.state_
+    # zero further steps: a warm fit leaves the model as it was (a cold one re-initialises Z and the kernel)
+    clf.set_params(max_iter=0).fit(stream.NpySource(X, y, block_rows=100))
+    for k, v in clf.model_.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    if method == "sep":
+        # the tied site is n_l copies of one average site: on the first 200 rows it becomes n'_l copies
+        torch.testing.assert_close(clf.state_.Lam, state.Lam)
+        old_counts = state.counts.clone()
+        clf.fit(stream.NpySource(X[:200], y[:200], block_rows=100))
+        scale = clf.state_.counts / old_counts
+        assert (scale < 0.75).all()
+        torch.testing.assert_close(clf.state_.Lam, state.Lam * scale[:, None, None])
+    cold = GPClassifier(method=method, n_inducing=6, batch_size=50, max_iter=0,
+                        random_state=0).fit(stream.NpySource(X, y, block_rows=100))
+    assert not torch.equal(cold.model_.Z, before["Z"])
+
+
+def test_streamed_fit_with_a_constant_feature_starts_from_finite_length_scales():
+    X, y = _data(n=200)
+    X[:, 1] = 4.0                                # a constant column: spread 0
+    clf = GPClassifier(method="vi", n_inducing=5, batch_size=50, max_iter=0,
+                       random_state=0).fit(stream.NpySource(X, y, block_rows=50))
+    ls = clf.model_.kernel.lengthscale.detach()
+    assert torch.isfinite(ls).all() and torch.allclose(ls[..., 1], torch.tensor(3.0 ** 0.5, dtype=ls.dtype))
+
+
 def test_predict_from_a_source_equals_predict_on_arrays(tmp_path):
     X, y = _data(n=300)
     clf = _clf().fit(X, y)

@@ -605,20 +605,28 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("the source has no labels (target=None); fitting needs them")
         if len(st.classes) < 2:
             raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
-        self.classes_, self.n_features_in_ = st.classes, source.n_features
+        previous_classes = getattr(self, "classes_", None)
         N, D = st.n_rows, source.n_features
-        M = int(self.n_inducing)
-        if M > N:
-            warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
-                          UserWarning, stacklevel=3)
-            M = N
-        Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), self.inducing_init, seed=seed)
-        self.model_ = self._build(D, len(self.classes_), Z, math.sqrt(D) * st.std)
+        warm = self._warm(D, st.classes, previous_classes)
+        self.classes_, self.n_features_in_ = st.classes, source.n_features
         engine = self._make_engine()
-        state = engine.init(self.model_, None, None, generator)
-        if hasattr(engine, "counts_from_classes"):       # SEP's slot counts n_l from the class counts
-            counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
-            state = dataclasses.replace(state, counts=engine.counts_from_classes(counts))
+        counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
+        if warm:      # continue the previous fit (vi/arpep/rpapep/apep: as it is; sep: tied site rescaled)
+            state = self.state_
+            if hasattr(engine, "counts_from_classes"):
+                state = engine.rescale(state, engine.counts_from_classes(counts))
+        else:
+            M = int(self.n_inducing)
+            if M > N:
+                warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
+                              UserWarning, stacklevel=3)
+                M = N
+            Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), self.inducing_init, seed=seed)
+            # as for arrays, with the largest deviation taken over the uniform sample of rows
+            self.model_ = self._build(D, len(self.classes_), Z, initial_lengthscales(st.X_sample, st.std))
+            state = engine.init(self.model_, None, None, generator)
+            if hasattr(engine, "counts_from_classes"):       # SEP's slot counts n_l from the class counts
+                state = dataclasses.replace(state, counts=engine.counts_from_classes(counts))
         settings = self._train_settings()
         validate = self._validator(engine, X_val, y_val)
         if self.verbose:

@@ -130,7 +130,12 @@ class SEP:
 
         The tied site is n_l copies of one average site (§2.3.1): with the new slot counts n'_l it
         becomes n'_l copies, θ̃_l ← θ̃_l · n'_l / n_l. The damping clock restarts."""
-        counts = self.init(model, None, y, None).counts
+        return self.rescale(state, self.init(model, None, y, None).counts)
+
+    @torch.no_grad()
+    def rescale(self, state: SEPState, counts: torch.Tensor) -> SEPState:
+        """The tied site for new slot counts n'_l [L]: θ̃_l · n'_l / n_l (what ``carry`` does; a streamed warm
+        start knows only the class counts)."""
         scale = counts / state.counts.clamp_min(1.0)
         return SEPState(Lam=state.Lam * scale[:, None, None], h=state.h * scale[:, None], counts=counts,
                         skipped=state.skipped, redamped=state.redamped)
