@@ -239,6 +239,26 @@ def test_estimator_fit_predict_save_load(noisy_iris, method, n_inducing, tmp_pat
     back = GPClassifier.load(tmp_path / "m.pt")
     np.testing.assert_array_equal(back.predict_proba(X), P)
     np.testing.assert_array_equal(back.outlier_proba_, clf.outlier_proba_)
+    # the full GP's fixed Z = X is part of the model: it must survive load (it came back trainable)
+    assert back.model_.Z.requires_grad == (n_inducing < 150)
+
+
+def test_full_gp_warm_start_keeps_z_on_the_training_rows(noisy_iris, tmp_path):
+    X, y, yn, flip = noisy_iris
+    clf = GPClassifier(method="rmgpc", optimizer="lbfgs", learning_rate=1.0, max_iter=4, n_inducing=500,
+                       random_state=0, warm_start=True).fit(X[:100], yn[:100])
+    clf.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    for est in (clf, back):
+        # more rows: the full GP of 100 rows becomes the full GP of 150 (Z was left on the old 100 rows)
+        est.fit(X, yn)
+        assert not est.model_.Z.requires_grad and torch.equal(est.model_.Z[0], torch.as_tensor(X))
+        assert est.outlier_proba_.shape == (150,)
+    assert clf.score(X, y) > 0.9
+    np.testing.assert_allclose(back.predict_proba(X), clf.predict_proba(X), rtol=1e-8, atol=1e-10)
+    # fewer inducing points than rows: no longer the full GP, so the fit starts afresh
+    clf.set_params(n_inducing=20).fit(X, yn)
+    assert clf.model_.Z.shape[-2] == 20 and clf.model_.Z.requires_grad
 
 
 @pytest.mark.parametrize("params,match", [

@@ -523,7 +523,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
         warm = self._warm(D, self.classes_, previous_classes)
+        full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
+        if warm and getattr(self, "_full_gp_", False) != full_gp:
+            warm = False            # a full GP continues only as the full GP of the new rows, and vice versa
         keys = row_keys(X, y_enc) if self.method in ROW_SITE_METHODS else None
+        if warm and full_gp:        # the full GP's inducing inputs are its training rows: Z follows X
+            Zt = self._tensor(X)
+            if self.model_.Z.ndim == 3:
+                Zt = Zt.expand(self.model_.Z.shape[0], *Zt.shape).clone()
+            self.model_.Z = torch.nn.Parameter(Zt, requires_grad=False)
         if not warm:
             extractor = self._copy_extractor()
             # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
@@ -532,7 +540,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             # all images close together): scale by each feature's root mean square instead
             std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
             lengthscale = initial_lengthscales(H, std)
-            full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
             Z = X.copy() if full_gp else init_inducing(H, M, self.inducing_init, seed=seed)
             self.model_ = self._build(H.shape[1], len(self.classes_), Z, lengthscale, extractor)
             if full_gp:
@@ -556,6 +563,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if keys is not None:
             self._row_keys_ = keys
         self._fitted_as_ = (self.method, self.likelihood)     # what a warm start may continue
+        self._full_gp_ = full_gp
         return self
 
     @staticmethod
@@ -637,6 +645,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
         self._fitted_as_ = (self.method, self.likelihood)
+        self._full_gp_ = False
         return self
 
     def _encode(self, y) -> np.ndarray:
@@ -710,6 +719,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         }
         if hasattr(self, "feature_names_in_"):
             payload["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        if getattr(self, "_full_gp_", False):   # Z = X held fixed: not a parameter setting, so say it
+            payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
         for k, v in payload["params"].items():
@@ -775,6 +786,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
             est._fitted_as_ = (est.method, est.likelihood)
+            est._full_gp_ = bool(d.get("full_gp", False))
+            if est._full_gp_:
+                est.model_.Z.requires_grad_(False)
             if "row_keys" in d:
                 est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
