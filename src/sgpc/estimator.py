@@ -526,6 +526,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
         if warm and getattr(self, "_full_gp_", False) != full_gp:
             warm = False            # a full GP continues only as the full GP of the new rows, and vice versa
+        if warm and not full_gp and self.model_.n_inducing < M:
+            warm = False            # the previous fit had fewer rows than n_inducing: start afresh with M
         keys = row_keys(X, y_enc) if self.method in ROW_SITE_METHODS else None
         if warm and full_gp:        # the full GP's inducing inputs are its training rows: Z follows X
             Zt = self._tensor(X)
@@ -564,6 +566,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             self._row_keys_ = keys
         self._fitted_as_ = (self.method, self.likelihood)     # what a warm start may continue
         self._full_gp_ = full_gp
+        self.warm_started_ = bool(warm)
         return self
 
     @staticmethod
@@ -616,6 +619,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         previous_classes = getattr(self, "classes_", None)
         N, D = st.n_rows, source.n_features
         warm = self._warm(D, st.classes, previous_classes)
+        if warm and self.model_.n_inducing < min(int(self.n_inducing), N):
+            warm = False            # the previous fit had fewer rows than n_inducing: start afresh
         self.classes_, self.n_features_in_ = st.classes, source.n_features
         engine = self._make_engine()
         counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
@@ -646,6 +651,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = len(history.iteration)
         self._fitted_as_ = (self.method, self.likelihood)
         self._full_gp_ = False
+        self.warm_started_ = bool(warm)
         return self
 
     def _encode(self, y) -> np.ndarray:

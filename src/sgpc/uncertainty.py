@@ -27,7 +27,7 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .metrics import nll, predictive_entropy
+from .metrics import class_indices, nll, predictive_entropy
 from .sparse import evaluating, marginals
 
 __all__ = ["sample_latents", "sample_probabilities", "sample_labels", "variation_ratio", "mutual_information",
@@ -154,14 +154,16 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
     and refits. The first fit uses the estimator's settings. Later fits continue from the previous
     hyper-parameters, inducing inputs and q (``warm_start=True``; EP-style methods carry their sites
     over, the new row's starting as in a cold fit) for ``refit_max_iter`` steps (default: the
-    estimator's ``max_iter``); with ``warm_start=False`` every round refits from scratch with the
-    estimator's settings.
+    estimator's ``max_iter``); a refit that cannot continue (the model's inducing inputs are still fewer
+    than ``n_inducing``, or a new class arrived) is redone from scratch with the estimator's own budget.
+    With ``warm_start=False`` every round refits from scratch with the estimator's settings.
 
     Args:
         estimator: an unfitted ``GPClassifier`` (cloned, not modified).
         X_pool [P,D], y_pool [P]: the pool with its (hidden) labels. X_test, y_test: evaluation data.
         n_queries: rounds; acquisition: one of ``ACQUISITIONS``; n_samples: S for sampled scores.
-        initial: pool row indices labelled at the start (distinct, covering at least 2 classes);
+        initial: pool row indices labelled at the start (distinct, covering at least 2 classes and every
+            class of ``y_test``);
             None: ``n_initial_per_class`` per class.
         refit_max_iter: steps of each warm refit; warm_start: False refits every round from scratch.
         random_state: int seed of the initial rows, the sampled scores and random queries.
@@ -183,6 +185,12 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
             raise ValueError(f"initial must be distinct pool row indices in [0, {len(X_pool)})")
         if len(np.unique(y_pool[initial])) < 2:
             raise ValueError("the initial rows must cover at least 2 classes")
+    # the test NLL needs the model's probability of every test label from the first fit on
+    covered = classes if initial is None else np.unique(y_pool[initial])
+    missing = np.setdiff1d(np.unique(y_test), covered)
+    if len(missing):
+        raise ValueError(f"test labels {missing.tolist()} are not among the initial labelled rows' classes "
+                         f"{covered.tolist()}: the test NLL would be undefined; start from rows of every test class")
     n_initial = n_initial_per_class * len(classes) if initial is None else len(initial)
     if n_queries < 0 or n_initial + n_queries > len(X_pool):
         raise ValueError(f"n_queries must be in [0, {len(X_pool) - n_initial}] for this pool, got {n_queries}")
@@ -201,15 +209,22 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
             # few labelled rows: n_inducing is clamped to their number (the estimator warns)
             warnings.filterwarnings("ignore", message="n_inducing=")
             model.fit(X_pool[labelled], y_pool[labelled])
+            if warm_start and refit_max_iter is not None and history["n_labelled"] and not model.warm_started_:
+                # the refit could not continue (e.g. fewer rows than n_inducing before, or a new class): it
+                # started afresh, so give it the estimator's full budget rather than refit_max_iter steps
+                model.set_params(warm_start=False, max_iter=estimator.max_iter, n_epochs=estimator.n_epochs)
+                model.fit(X_pool[labelled], y_pool[labelled])
+                model.set_params(warm_start=True, max_iter=refit_max_iter, n_epochs=None)
         proba = model.predict_proba(X_test)
-        idx = np.searchsorted(model.classes_, y_test)
+        idx = class_indices(y_test, model.classes_)
         history["n_labelled"].append(len(labelled))
         history["error"].append(float(np.mean(model.predict(X_test) != y_test)))
         history["nll"].append(nll(idx, proba))
 
     fit_and_record()
     if warm_start:
-        model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter)
+        model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter,
+                         **({"n_epochs": None} if refit_max_iter is not None else {}))
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)
         scores = acquisition_scores(model, X_pool[candidates], acquisition, n_samples,
