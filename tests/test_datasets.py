@@ -300,6 +300,20 @@ def test_train_test_on_a_dataset_applies_a_given_protocol():
     assert set(y_train) | set(y_test) == {0, 1, 2}
 
 
+def test_a_user_file_named_like_a_paper_set_gets_the_default_split(tmp_path):
+    # satimage's protocol is 20% train / 80% test and waveform's subsamples 1000 rows: neither applies to
+    # a user's own satimage.csv / waveform.csv (it gave a 6/24 split, and "cannot subsample 1000 of 30")
+    rng = np.random.default_rng(0)
+    rows = "\n".join(f"{a:.3f},{b:.3f},{k}" for a, b, k in zip(rng.normal(size=30), rng.normal(size=30), [0, 1, 2] * 10))
+    for name in ("satimage", "waveform"):
+        path = tmp_path / f"{name}.csv"
+        path.write_text("a,b,label\n" + rows + "\n")
+        ds = datasets.load_file(path)
+        assert ds.name == name and ds.user_file
+        X_train, X_test, _, _ = datasets.train_test(ds, seed=0)
+        assert (len(X_train), len(X_test)) == (27, 3)
+
+
 # ------------------------------------------------------------------------------------------------
 # The staged data sets (skip without ../shared/datasets)
 

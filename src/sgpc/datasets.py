@@ -30,7 +30,7 @@ import itertools
 import os
 import pathlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -72,6 +72,8 @@ class Dataset:
         X_test: [N_test, D] the source's own test split, or None when the source has none.
         y_test: [N_test] its labels, or None.
         description: where the data come from and what was derived.
+        user_file: loaded by `load_file` from a user's file: `train_test` then uses the default 10% test
+            split, not a paper's protocol that happens to share the file's name.
     """
 
     name: str
@@ -81,6 +83,7 @@ class Dataset:
     X_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
     description: str = ""
+    user_file: bool = False
 
     def __post_init__(self):
         _check_xy(self.name, "X/y", self.X, self.y, len(self.feature_names))
@@ -374,16 +377,16 @@ def load_file(
         raise DataNotFoundError(f"file not found: {path}")
     stem = path.name.split(".")[0]
     if fmt == "libsvm":
-        return _load_libsvm(path, stem)
+        return replace(_load_libsvm(path, stem), user_file=True)
     if fmt == "parquet":
         header, columns = _read_parquet_columns(path)
     else:
         header, columns = _read_csv(path)
-    return _table_to_dataset(
+    return replace(_table_to_dataset(
         stem, header, columns, _target_index(header, target), categorical,
         missing_as_category=(missing == "category"), locate=lambda i: f"row {i + 1} of {path}",
         description=f"loaded from {path}",
-    )
+    ), user_file=True)
 
 
 def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None
@@ -435,7 +438,8 @@ def train_test(
     10000 rows as test set; every other set 10% test after concatenating the source's files.
 
     Args:
-        name_or_dataset: a name for `load`, or a loaded `Dataset` (its name picks the protocol).
+        name_or_dataset: a name for `load`, or a loaded `Dataset` (its name picks the protocol; one
+            from `load_file` gets the default 10% split).
         seed: seed of the split; ignored by fixed splits (mnist, optdigits, flights-3m).
         data_dir: passed to `load`.
         standardize: standardise with the training mean and std (see `standardize`).
@@ -450,7 +454,8 @@ def train_test(
     else:
         ds = load(name_or_dataset, data_dir)
     if protocol is None:
-        protocol = PROTOCOLS.get(ds.name, SplitProtocol(0.1))
+        # a user's file named like a paper's set (satimage.csv) is not that set: no paper protocol
+        protocol = SplitProtocol(0.1) if ds.user_file else PROTOCOLS.get(ds.name, SplitProtocol(0.1))
     X_train, X_test, y_train, y_test = _split(ds, protocol, seed)
     if standardize:
         X_train, X_test, _, _ = _standardize(X_train, X_test)
