@@ -112,6 +112,38 @@ def test_predict_with_label_column_but_no_target_is_a_clear_error(file_model, ca
     assert "not numeric" in err and "--target" in err and "Traceback" not in err
 
 
+def test_predict_refuses_a_file_whose_columns_are_shuffled(file_model, tmp_path, capsys):
+    # same number of columns, other order: read as the fitted columns it would give confident nonsense
+    model, data = file_model
+    X, _ = load_iris(return_X_y=True)
+    shuffled = tmp_path / "shuffled.csv"
+    with open(shuffled, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["d", "c", "b", "a"])
+        w.writerows(X[:5, ::-1].tolist())
+    capsys.readouterr()
+    assert cli.main(["predict", str(model), str(shuffled), "-o", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "not the ones the model was fitted on" in err and "'d' (model: 'a')" in err and "Traceback" not in err
+
+
+def test_libsvm_prediction_file_without_the_highest_feature_index(tmp_path, capsys):
+    # no row of the new file uses feature 3: read at the model's width, not at 2 columns
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 2] > 0.5)
+    train = tmp_path / "train.libsvm"
+    train.write_text("".join(f"{k} 1:{a:.4f} 2:{b:.4f} 3:{c:.4f}\n" for (a, b, c), k in zip(X, y)))
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
+    new = tmp_path / "new.libsvm"
+    new.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:0.3\n")
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", str(model), str(new), "-o", str(out)]) == 0
+    assert _read_csv(out)[1].shape == (2, 3)
+    assert cli.main(["evaluate", str(model), str(new)]) == 0
+
+
 def test_demo_writes_figure(tmp_path, capsys):
     assert cli.main(["demo", "--max-iter", "5", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -211,21 +211,38 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
     return est, side
 
 
-def _read_features(path: str, target) -> np.ndarray:
-    """Feature matrix [N,D] of a file; the ``target`` column (when given) is dropped."""
+def _read_features(path: str, target, n_features: int | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Feature matrix [N,D] of a file and its column names; the ``target`` column (when given) is dropped.
+    ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index."""
     _require_file(path, "file")
     try:
-        return datasets.read_features(path, target=target)[0]
+        return datasets.read_features(path, target=target, n_features=n_features)
     except ValueError as exc:
         raise CLIError(f"{exc} (or pass --target COL)") from None
 
 
-def _standardise(X: np.ndarray, side: dict, source: str, hint: str) -> np.ndarray:
-    """(X − mean) / std with the sidecar's training statistics."""
+def _is_libsvm(path: str) -> bool:
+    try:
+        return datasets._infer_format(pathlib.Path(path)) == "libsvm"
+    except ValueError:
+        return False
+
+
+def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) -> np.ndarray:
+    """(X − mean) / std with the sidecar's training statistics.
+
+    ``names``: the file's column names; for a model fitted on a file they must be its columns, in order
+    (a file with the columns shuffled has the right count and would be read as the wrong features)."""
     mean, std = np.asarray(side["mean"]), np.asarray(side["std"])
     if X.shape[1] != len(mean):
         raise CLIError(f"{source} has {X.shape[1]} feature columns but the model was fitted on {len(mean)} "
                        f"({', '.join(side['feature_names'][:8])}{', ...' if len(mean) > 8 else ''}); {hint}")
+    fitted = [str(n) for n in side.get("feature_names", [])]
+    if names is not None and side.get("source") == "file" and len(fitted) == len(mean) \
+            and [str(n) for n in names] != fitted:
+        wrong = [f"{a!r} (model: {b!r})" for a, b in zip(names, fitted) if str(a) != b]
+        raise CLIError(f"{source}'s feature columns are not the ones the model was fitted on, in that order: "
+                       f"{', '.join(wrong[:5])}{', ...' if len(wrong) > 5 else ''}")
     return (X - mean) / std
 
 
@@ -340,8 +357,8 @@ def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
         _check_writable(args.output)
-    X = _standardise(_read_features(args.file, args.target), side, args.file,
-                     "if FILE has a label column, pass --target COL to drop it")
+    X, names = _read_features(args.file, args.target, len(side["mean"]))
+    X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
     proba = est.predict_proba(X)
     _write_csv(args.output, est.classes_.tolist(), proba)
     if args.output != "-":
@@ -360,11 +377,12 @@ def _cmd_evaluate(args) -> int:
     else:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
-        ds = datasets.load_file(args.data, target=-1 if target is None else target)
-        X, y, what = ds.X, ds.y, args.data
+        ds = datasets.load_file(args.data, target=-1 if target is None else target,
+                                **({"n_features": len(side["mean"])} if _is_libsvm(args.data) else {}))
+        X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")
-    Xs = _standardise(X, side, args.data, hint)
+    Xs = _standardise(X, side, args.data, hint, names if not _is_name(args.data) else None)
     proba = est.predict_proba(Xs)
     # the error of the model's own decision rule (argmax proba, or the posterior mean for bsvm)
     result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba,

@@ -347,6 +347,7 @@ def load_file(
     fmt: str | None = None,
     categorical: str = "ordinal",
     missing: str = "error",
+    n_features: int | None = None,
 ) -> Dataset:
     """Load a user's data file: CSV (header row; optionally .gz), Parquet or LIBSVM.
 
@@ -363,6 +364,8 @@ def load_file(
         missing: "error" (a missing value '?' or '' raises ValueError naming the column and row) or
             "category" (in a categorical column it is a category of its own; numeric columns still
             raise).
+        n_features: LIBSVM only: the number of features (a file read for a fitted model whose rows never
+            use the highest index would otherwise come out narrower); None: the highest index present.
 
     Returns:
         A `Dataset` named after the file's stem, without a test split.
@@ -377,7 +380,7 @@ def load_file(
         raise DataNotFoundError(f"file not found: {path}")
     stem = path.name.split(".")[0]
     if fmt == "libsvm":
-        return replace(_load_libsvm(path, stem), user_file=True)
+        return replace(_load_libsvm(path, stem, n_features), user_file=True)
     if fmt == "parquet":
         header, columns = _read_parquet_columns(path)
     else:
@@ -389,20 +392,21 @@ def load_file(
     ), user_file=True)
 
 
-def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None
-                  ) -> tuple[np.ndarray, tuple[str, ...]]:
+def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None,
+                  n_features: int | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
     """Numeric feature matrix [N,D] and column names of a file that may have no label column.
 
     For new data at prediction time: CSV/CSV.gz, Parquet or LIBSVM (whose label is always first and
     is dropped). ``target`` names a column to drop when the file has one. A non-numeric column is
-    refused: its codes would be this file's own, not those of the training data.
+    refused: its codes would be this file's own, not those of the training data. ``n_features``: as
+    for `load_file` (LIBSVM only).
     """
     path = pathlib.Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     fmt = fmt or _infer_format(path)
     if fmt == "libsvm":
-        ds = load_file(path, fmt="libsvm")
+        ds = load_file(path, fmt="libsvm", n_features=n_features)
         return ds.X, ds.feature_names
     names, columns = (_read_parquet_columns if fmt == "parquet" else _read_csv)(path)
     if target is not None:
@@ -738,11 +742,17 @@ def _read_parquet_columns(path: pathlib.Path) -> tuple[list[str], list[np.ndarra
     return table.column_names, columns
 
 
-def _load_libsvm(path: pathlib.Path, name: str) -> Dataset:
-    """A LIBSVM/SVMlight file (label first, then index:value pairs) as a dense Dataset."""
+def _load_libsvm(path: pathlib.Path, name: str, n_features: int | None = None) -> Dataset:
+    """A LIBSVM/SVMlight file (label first, then index:value pairs) as a dense Dataset ([N, n_features]
+    when given)."""
     from sklearn.datasets import load_svmlight_file
 
-    X, y = load_svmlight_file(str(path))
+    try:
+        X, y = load_svmlight_file(str(path), n_features=n_features)
+    except ValueError as exc:
+        if n_features is None:
+            raise
+        raise ValueError(f"{path}: {exc} (the model has {n_features} features)") from None
     X = np.asarray(X.toarray(), dtype=np.float64)
     if np.all(y == np.round(y)):
         y = y.astype(np.int64)
