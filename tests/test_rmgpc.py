@@ -243,6 +243,7 @@ def test_estimator_fit_predict_save_load(noisy_iris, method, n_inducing, tmp_pat
     assert back.model_.Z.requires_grad == (n_inducing < 150)
 
 
+@pytest.mark.filterwarnings("ignore:n_inducing=500 is larger")
 def test_full_gp_warm_start_keeps_z_on_the_training_rows(noisy_iris, tmp_path):
     X, y, yn, flip = noisy_iris
     clf = GPClassifier(method="rmgpc", optimizer="lbfgs", learning_rate=1.0, max_iter=4, n_inducing=500,
