@@ -161,6 +161,16 @@ def test_streamed_warm_start_continues_the_previous_fit(method):
     assert not torch.equal(cold.model_.Z, before["Z"])
 
 
+def test_a_streamed_fit_forgets_what_an_earlier_in_memory_fit_recorded(tmp_path):
+    X, y = _data(n=120)
+    est = GPClassifier(method="ep", n_inducing=5, max_iter=2, random_state=0).fit(X, y)
+    assert est._row_keys_ is not None
+    est.set_params(method="sep", batch_size=40).fit(stream.NpySource(X, y, block_rows=40))
+    assert est._row_keys_ is None
+    est.save(tmp_path / "m.pt")
+    assert "row_keys" not in torch.load(tmp_path / "m.pt", weights_only=True)
+
+
 def test_streamed_fit_with_a_constant_feature_starts_from_finite_length_scales():
     X, y = _data(n=200)
     X[:, 1] = 4.0                                # a constant column: spread 0

@@ -652,6 +652,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._fitted_as_ = (self.method, self.likelihood)
         self._full_gp_ = False
         self.warm_started_ = bool(warm)
+        self._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
+        if hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
         return self
 
     def _encode(self, y) -> np.ndarray:
