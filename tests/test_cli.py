@@ -97,6 +97,14 @@ def test_file_round_trip(file_model, tmp_path, capsys):
     assert "n 150" in capsys.readouterr().out
 
 
+def test_evaluate_on_another_named_set_is_refused(name_model, capsys):
+    # its test split could contain this model's training rows
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(name_model), "wine-sklearn"]) == 2
+    err = capsys.readouterr().err
+    assert "fitted on the training split of 'iris'" in err and "Traceback" not in err
+
+
 def test_predict_to_stdout(name_model, tmp_path, capsys):
     features = _write_iris_csv(tmp_path / "f.csv", with_label=False, rows=slice(0, 3))
     capsys.readouterr()

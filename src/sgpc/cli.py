@@ -372,7 +372,12 @@ def _cmd_evaluate(args) -> int:
         _check_writable(args.output)
     if _is_name(args.data):
         data_dir = args.data_dir if args.data_dir is not None else side.get("data_dir")
-        _, X, _, y = datasets.train_test(args.data, seed=side["seed"], data_dir=data_dir, standardize=False)
+        ds = datasets.load(args.data, data_dir)
+        if side.get("source") == "name" and side.get("data") != ds.name:
+            # another set's test split can hold this model's training rows (the same data, another protocol)
+            raise CLIError(f"the model was fitted on the training split of {side.get('data')!r}; evaluate it on "
+                           f"{side.get('data')!r} (its test split) or on a labelled file, not on {args.data!r}")
+        _, X, _, y = datasets.train_test(ds, seed=side["seed"], standardize=False)
         what = f"{args.data} (test split, seed {side['seed']})"
     else:
         _require_file(args.data, "data file")
