@@ -221,13 +221,6 @@ def _read_features(path: str, target, n_features: int | None = None) -> tuple[np
         raise CLIError(f"{exc} (or pass --target COL)") from None
 
 
-def _is_libsvm(path: str) -> bool:
-    try:
-        return datasets._infer_format(pathlib.Path(path)) == "libsvm"
-    except ValueError:
-        return False
-
-
 def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) -> np.ndarray:
     """(X − mean) / std with the sidecar's training statistics.
 
@@ -372,7 +365,7 @@ def _cmd_evaluate(args) -> int:
         _check_writable(args.output)
     if _is_name(args.data):
         data_dir = args.data_dir if args.data_dir is not None else side.get("data_dir")
-        ds = datasets.load(args.data, data_dir)
+        ds, names = datasets.load(args.data, data_dir), None
         if side.get("source") == "name" and side.get("data") != ds.name:
             # another set's test split can hold this model's training rows (the same data, another protocol)
             raise CLIError(f"the model was fitted on the training split of {side.get('data')!r}; evaluate it on "
@@ -382,12 +375,11 @@ def _cmd_evaluate(args) -> int:
     else:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
-        ds = datasets.load_file(args.data, target=-1 if target is None else target,
-                                **({"n_features": len(side["mean"])} if _is_libsvm(args.data) else {}))
+        ds = datasets.load_file(args.data, target=-1 if target is None else target, n_features=len(side["mean"]))
         X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")
-    Xs = _standardise(X, side, args.data, hint, names if not _is_name(args.data) else None)
+    Xs = _standardise(X, side, args.data, hint, names)
     proba = est.predict_proba(Xs)
     # the error of the model's own decision rule (argmax proba, or the posterior mean for bsvm)
     result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba,

@@ -366,6 +366,7 @@ def load_file(
             raise).
         n_features: LIBSVM only: the number of features (a file read for a fitted model whose rows never
             use the highest index would otherwise come out narrower); None: the highest index present.
+            Other formats ignore it (their width is their columns).
 
     Returns:
         A `Dataset` named after the file's stem, without a test split.

@@ -447,15 +447,27 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return None
         return copy.deepcopy(self.feature_extractor).to(device=self.device, dtype=self._torch_dtype())
 
-    def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None) -> bool:
+    def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int, full_gp: bool = False) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
-        the same method and likelihood, the same classes ``previous`` and, without a feature extractor,
-        the same number of features D)."""
+        the same method and likelihood, the same classes ``previous``, without a feature extractor the same
+        number of features D, and as many inducing inputs as this fit uses, M — a model fitted on fewer rows
+        than ``n_inducing`` has fewer; a full GP (rmgpc/smgpc with Z = X) continues only as a full GP)."""
         if not (self.warm_start and hasattr(self, "state_") and previous is not None
                 and getattr(self, "_fitted_as_", None) == (self.method, self.likelihood)
                 and len(previous) == len(classes) and bool(np.all(previous == classes))):
             return False
+        if getattr(self, "_full_gp_", False) != full_gp or (not full_gp and self.model_.n_inducing < M):
+            return False
         return self.model_.feature_extractor is not None or self.model_.kernel.input_dim == D
+
+    def _inducing_count(self, N: int, stacklevel: int) -> int:
+        """M = n_inducing, or N (with a warning) when there are fewer rows."""
+        M = int(self.n_inducing)
+        if M > N:
+            warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
+                          UserWarning, stacklevel=stacklevel + 1)
+            M = N
+        return M
 
     def _carried_state(self, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None):
         """The previous fit's engine state carried over to the training set Xt, yt (a warm start).
@@ -512,22 +524,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              f"latent function, probit sites); y has {len(self.classes_)} classes: use "
                              "likelihood='robustmax' for more than 2")
         N, D = X.shape
-        M = int(self.n_inducing)
-        if M > N:
-            warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
-                          UserWarning, stacklevel=2)
-            M = N
+        M = self._inducing_count(N, stacklevel=2)
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2 ** 31 - 1))
         generator = torch.Generator().manual_seed(seed)
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
-        warm = self._warm(D, self.classes_, previous_classes)
         full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
-        if warm and getattr(self, "_full_gp_", False) != full_gp:
-            warm = False            # a full GP continues only as the full GP of the new rows, and vice versa
-        if warm and not full_gp and self.model_.n_inducing < M:
-            warm = False            # the previous fit had fewer rows than n_inducing: start afresh with M
+        warm = self._warm(D, self.classes_, previous_classes, M, full_gp)
         keys = row_keys(X, y_enc) if self.method in ROW_SITE_METHODS else None
         if warm and full_gp:        # the full GP's inducing inputs are its training rows: Z follows X
             Zt = self._tensor(X)
@@ -618,9 +622,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
         previous_classes = getattr(self, "classes_", None)
         N, D = st.n_rows, source.n_features
-        warm = self._warm(D, st.classes, previous_classes)
-        if warm and self.model_.n_inducing < min(int(self.n_inducing), N):
-            warm = False            # the previous fit had fewer rows than n_inducing: start afresh
+        M = self._inducing_count(N, stacklevel=3)
+        warm = self._warm(D, st.classes, previous_classes, M)
         self.classes_, self.n_features_in_ = st.classes, source.n_features
         engine = self._make_engine()
         counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
@@ -629,11 +632,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if hasattr(engine, "counts_from_classes"):
                 state = engine.rescale(state, engine.counts_from_classes(counts))
         else:
-            M = int(self.n_inducing)
-            if M > N:
-                warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
-                              UserWarning, stacklevel=3)
-                M = N
             Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), self.inducing_init, seed=seed)
             # as for arrays, with the largest deviation taken over the uniform sample of rows
             self.model_ = self._build(D, len(self.classes_), Z, initial_lengthscales(st.X_sample, st.std))
