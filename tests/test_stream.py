@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("pyarrow")
 
 from sgpc import stream
-from sgpc.estimator import GPClassifier
+from sgpc.estimator import GPClassifier, initial_lengthscales
 
 
 def _data(n=203, d=3, seed=0):
@@ -171,13 +171,18 @@ def test_a_streamed_fit_forgets_what_an_earlier_in_memory_fit_recorded(tmp_path)
     assert "row_keys" not in torch.load(tmp_path / "m.pt", weights_only=True)
 
 
-def test_streamed_fit_with_a_constant_feature_starts_from_finite_length_scales():
-    X, y = _data(n=200)
-    X[:, 1] = 4.0                                # a constant column: spread 0
+def test_streamed_fit_starts_from_the_in_memory_length_scales():
+    # as for arrays (estimator.initial_lengthscales): a rarely lit feature is floored at its largest deviation
+    # / 20 (√D·std alone would isolate the row that lights it), a constant one gets √D (not 0)
+    X, y = _data(n=1000)
+    X[:, 1] = 4.0
+    X[:, 2] = 0.0
+    X[7, 2] = 1.0                                   # std 0.032, largest deviation 0.999: the floor binds
     clf = GPClassifier(method="vi", n_inducing=5, batch_size=50, max_iter=0,
-                       random_state=0).fit(stream.NpySource(X, y, block_rows=50))
-    ls = clf.model_.kernel.lengthscale.detach()
-    assert torch.isfinite(ls).all() and torch.allclose(ls[..., 1], torch.tensor(3.0 ** 0.5, dtype=ls.dtype))
+                       random_state=0).fit(stream.NpySource(X, y, block_rows=250))
+    ls = clf.model_.kernel.lengthscale.detach()[0].numpy()
+    np.testing.assert_allclose(ls, initial_lengthscales(X, X.std(0)), rtol=1e-10)
+    np.testing.assert_allclose(ls[1:], [3 ** 0.5, 3 ** 0.5 * 0.999 / 20], rtol=1e-10)
 
 
 def test_predict_from_a_source_equals_predict_on_arrays(tmp_path):

@@ -100,32 +100,39 @@ def test_active_learning_loop(acquisition):
         U.active_learning(est, X, y, Xt, yt, n_queries=len(X))
 
 
-def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
+@pytest.fixture
+def fits(monkeypatch):
+    """Every GPClassifier.fit of the test, as (warm_start, max_iter, rows, M, warm_started_) after it ran."""
+    record, real_fit = [], GPClassifier.fit
+
+    def recording_fit(self, X, y, **kw):
+        out = real_fit(self, X, y, **kw)
+        record.append((self.warm_start, self.max_iter, len(X), self.model_.n_inducing, self.warm_started_))
+        return out
+    monkeypatch.setattr(GPClassifier, "fit", recording_fit)
+    return record
+
+
+def test_active_learning_from_given_rows_and_with_a_site_method(fits):
     # alpha paper §5.6: the loop starts from given pool rows; a site-based method (ep) warm-starts from its
     # sites like the free-Gaussian ones; warm_start=False refits from scratch with the estimator's settings
     X, y = _blobs(20, 3, sep=3.0)
     Xt, yt = _blobs(10, 3, sep=3.0, seed=1)
-    fits = []
-    real_fit = GPClassifier.fit
-
-    def recording_fit(self, X, y, **kw):
-        fits.append((self.warm_start, self.max_iter, len(X)))
-        return real_fit(self, X, y, **kw)
-    monkeypatch.setattr(GPClassifier, "fit", recording_fit)
     start = np.array([0, 25, 50, 51, 7])
     est = GPClassifier(method="ep", n_inducing=4, max_iter=5, random_state=0)
     h = U.active_learning(est, X, y, Xt, yt, n_queries=3, acquisition="entropy", initial=start,
                           refit_max_iter=2, random_state=0)
     assert h["n_labelled"] == [5, 6, 7, 8] and not set(h["queried"]) & set(start.tolist())
-    assert fits == [(False, 5, 5), (True, 2, 6), (True, 2, 7), (True, 2, 8)]
+    assert [f[:3] for f in fits] == [(False, 5, 5), (True, 2, 6), (True, 2, 7), (True, 2, 8)]
+    assert all(f[4] for f in fits[1:])                     # the refits continued the previous fit
     fits.clear()
     U.active_learning(est, X, y, Xt, yt, n_queries=1, acquisition="random", initial=start, refit_max_iter=2,
                       warm_start=False)
-    assert fits == [(False, 5, 5), (False, 5, 6)]
+    assert [f[:3] for f in fits] == [(False, 5, 5), (False, 5, 6)]
     fits.clear()
     U.active_learning(GPClassifier(method="vi", n_inducing=4, max_iter=5, random_state=0), X, y, Xt, yt,
                       n_queries=1, acquisition="random", initial=start, refit_max_iter=2)
-    assert fits == [(False, 5, 5), (True, 2, 6)]
+    assert [f[:3] for f in fits] == [(False, 5, 5), (True, 2, 6)]
     # starting from classes 0 and 2 only: the test rows of class 1 have no probability to score
     with pytest.raises(ValueError, match=r"test labels \[1\] are not among"):
         U.active_learning(est, X, y, Xt, yt, n_queries=1, initial=np.array([0, 1, 40, 41]))
@@ -134,26 +141,16 @@ def test_active_learning_from_given_rows_and_with_a_site_method(monkeypatch):
             U.active_learning(est, X, y, Xt, yt, n_queries=1, initial=np.array(bad))
 
 
-def test_active_learning_grows_to_n_inducing_and_gives_cold_refits_the_full_budget(monkeypatch):
+def test_active_learning_grows_to_n_inducing_and_gives_cold_refits_the_full_budget(fits):
     # 3 classes × 1 initial row: the first fit can use only 3 inducing inputs of the 6 asked for. A warm
     # refit must not keep M = 3 for good (it did, every round), and a refit that has to start afresh gets
     # the estimator's max_iter, not refit_max_iter
     X, y = _blobs(20, 3, sep=3.0)
     Xt, yt = _blobs(10, 3, sep=3.0, seed=1)
-    fits = []
-    real_fit = GPClassifier.fit
-
-    def recording_fit(self, X, y, **kw):
-        out = real_fit(self, X, y, **kw)
-        fits.append((self.warm_start, self.max_iter, len(X), self.model_.n_inducing, self.warm_started_))
-        return out
-    monkeypatch.setattr(GPClassifier, "fit", recording_fit)
     est = GPClassifier(method="vi", n_inducing=6, max_iter=5, random_state=0)
     h = U.active_learning(est, X, y, Xt, yt, n_queries=5, acquisition="random", n_initial_per_class=1,
                           refit_max_iter=2, random_state=0)
     assert h["n_labelled"] == [3, 4, 5, 6, 7, 8]
-    M = [f[3] for f in fits]
-    assert M[0] == 3 and M[-1] == 6
     # (warm_start, max_iter, rows, M, continued): while M grows with the rows each short refit starts
     # afresh and is redone with the full 5 steps; once M = 6 is reached the refits continue warm
     assert fits == [(False, 5, 3, 3, False),
