@@ -73,3 +73,27 @@ def test_zero_variance_limit_is_the_argmax_indicator():
     mean = torch.tensor([[0.3, -0.5, 0.1]])
     p = Q.log_prob_largest(mean, torch.full((1, 3), 1e-14)).exp()
     torch.testing.assert_close(p, torch.tensor([[1.0, 0.0, 0.0]]), rtol=0, atol=1e-8)
+
+
+def test_linear_space_label_probability_equals_the_log_space_one_and_its_gradients():
+    g = torch.Generator().manual_seed(2)
+    N, C = 12, 5
+    mean = 3.0 * torch.randn(N, C, generator=g)
+    mean[0] = torch.tensor([-30.0, 0.0, 1.0, 2.0, 0.5])    # label 0 far below the rest: P ~ 1e-100
+    mean[1] = torch.tensor([30.0, 0.0, 1.0, 2.0, 0.5])     # far above: P = 1 - ~1e-90
+    var = 0.05 + torch.rand(N, C, generator=g)
+    y = torch.randint(0, C, (N,), generator=g)
+    y[:2] = 0
+    ref = Q.log_prob_label_largest(y, mean, var).exp()
+    got = Q.prob_label_largest(y, mean, var)
+    assert float(ref[0]) < 1e-60                              # the tail case is really in the tail
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=0)  # relative: holds for the tiny P too
+    # gradients of P with respect to the marginals agree with the log-space route's
+    m1, v1 = mean.clone().requires_grad_(), var.clone().requires_grad_()
+    Q.prob_label_largest(y, m1, v1).sum().backward()
+    m2, v2 = mean.clone().requires_grad_(), var.clone().requires_grad_()
+    Q.log_prob_label_largest(y, m2, v2).exp().sum().backward()
+    for a, b in ((m1.grad, m2.grad), (v1.grad, v2.grad)):
+        # per row, to 1e-8 of that row's largest entry (rows span P ~ 1e-100 to 1)
+        scale = b.abs().amax(-1, keepdim=True)
+        assert bool(((a - b).abs() <= 1e-8 * scale).all()), (a - b).abs() / scale

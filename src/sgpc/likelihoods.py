@@ -140,7 +140,7 @@ class RobustMax(Likelihood):
 
     def expected_log_prob(self, y, mean, var):
         log_a, log_b = self._log_a_b()
-        P = quadrature.log_prob_label_largest(y, mean, var, self.n_points).exp().clamp(0.0, 1.0)
+        P = quadrature.prob_label_largest(y, mean, var, self.n_points).clamp(0.0, 1.0)
         return P * log_a + (1.0 - P) * log_b
 
     def log_tilted(self, y, mean, var, alpha=1.0):

@@ -8,6 +8,8 @@
   integral of scalable-ep App. H eq. (68),
       P(f_y largest) = ∫ N(t | m_y, v_y) Π_{k≠y} Φ((t − m_k)/√v_k) dt,
   by Gauss–Hermite in t, in log space (log_ndtr, logsumexp).
+  ``prob_label_largest``: the same integral in linear space (Φ, product), for objectives that need
+  P and not log P — several times cheaper.
 
 What this module does not do: adaptive quadrature or correlated Gaussians.
 """
@@ -21,7 +23,8 @@ import numpy as np
 import torch
 from torch.special import log_ndtr
 
-__all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_prob_largest", "log_prob_label_largest"]
+__all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_prob_largest", "log_prob_label_largest",
+           "prob_label_largest"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,8 +85,10 @@ def log_expect_exp(fn: Callable[[torch.Tensor], torch.Tensor], mean: torch.Tenso
     return torch.logsumexp(logw[:, None] + fn(F), dim=0)
 
 
-def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int) -> torch.Tensor:
-    """log P(f_c largest) for class indices cls [N,K] -> [N,K]."""
+def _standardised(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The integrand's arguments u = (t_j − m_k)/√v_k at the nodes t_j = m_c + √v_c z_j of class c,
+    [N,K,J,C], the mask of k = c [N,K,1,C] and the weights w [J]."""
     tiny = torch.finfo(mean.dtype).tiny
     z, w = gauss_hermite(n_points, mean.dtype, mean.device)
     m_c = mean.gather(1, cls)                                                      # [N,K]
@@ -91,10 +96,15 @@ def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_poi
     t = m_c[..., None] + s_c[..., None] * z                                        # [N,K,J]
     s_all = var.clamp_min(tiny).sqrt()
     u = (t[..., None] - mean[:, None, None, :]) / s_all[:, None, None, :]          # [N,K,J,C]
-    lphi = log_ndtr(u)
     C = mean.shape[1]
     is_self = cls[..., None] == torch.arange(C, device=mean.device)               # [N,K,C]
-    lphi = lphi.masked_fill(is_self[:, :, None, :], 0.0)
+    return u, is_self[:, :, None, :], w
+
+
+def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int) -> torch.Tensor:
+    """log P(f_c largest) for class indices cls [N,K] -> [N,K]."""
+    u, is_self, w = _standardised(mean, var, cls, n_points)
+    lphi = log_ndtr(u).masked_fill(is_self, 0.0)
     return torch.logsumexp(w.log() + lphi.sum(-1), dim=-1)
 
 
@@ -116,3 +126,17 @@ def log_prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tenso
                            n_points: int = 32) -> torch.Tensor:
     """log P(f_{y_i} is the largest) for the given labels: y [N] (int64), mean/var [N,C] -> [N]."""
     return _log_largest(mean, var, y.long()[:, None], n_points)[:, 0]
+
+
+def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n_points: int = 32) -> torch.Tensor:
+    """P(f_{y_i} is the largest) itself, in linear space: y [N] (int64), mean/var [N,C] -> [N].
+
+    For objectives that need P rather than log P (the robust-max E[log p] = P log a + (1 − P) log b):
+    the same nodes as ``log_prob_label_largest`` with Φ and a product in place of log Φ and a sum,
+    several times cheaper (``log_ndtr`` costs ~10 ``ndtr`` on CPU). A P below ~1e-308 underflows to 0,
+    which moves such an objective by less than 1e-300; where log P or log(1 − P) is needed (tilted
+    normalisers, predictions) use the log-space functions.
+    """
+    u, is_self, w = _standardised(mean, var, y.long()[:, None], n_points)
+    phi = torch.special.ndtr(u).masked_fill(is_self, 1.0)
+    return (phi.prod(-1) @ w)[:, 0]

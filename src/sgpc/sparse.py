@@ -127,12 +127,18 @@ class SparseGP(nn.Module):
             return cholesky(K[:1], what="K_uu").expand(K.shape)
         return cholesky(K, what="K_uu")
 
-    def projection(self, X: torch.Tensor, chol_Kuu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N] (of h(X) for a hybrid model)."""
+    def projection(self, X: torch.Tensor, chol_Kuu: torch.Tensor, broadcast: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A = L_K⁻¹ K_uf [L,M,N] and the prior variances k_ii + σ_n² [L,N] (of h(X) for a hybrid model).
+
+        With ``broadcast=False`` and ``one_prior``, A is returned as [1,M,N] (not broadcast to L), for
+        callers that fold the L latent functions into one matrix product.
+        """
         H = X if self.feature_extractor is None else self.feature_extractor(X)
         Kuf = self.kernel(self.Z, H)
         if self.one_prior:
-            return solve_lower(chol_Kuu[:1], Kuf[:1]).expand(Kuf.shape), self.kernel.diag(H)
+            A = solve_lower(chol_Kuu[:1], Kuf[:1])
+            return (A.expand(Kuf.shape) if broadcast else A), self.kernel.diag(H)
         return solve_lower(chol_Kuu, Kuf), self.kernel.diag(H)
 
 
@@ -161,11 +167,16 @@ def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tens
         mean [N,L], var [N,L].
     """
     Lk = model.chol_Kuu() if chol_Kuu is None else chol_Kuu
-    A, kdiag = model.projection(X, Lk)
-    mean = (mean_w[:, None, :] @ A)[:, 0, :]                                       # [L,N]
-    B = chol_w.transpose(-1, -2) @ A                                               # [L,M,N]
-    A1 = A[:1] if model.one_prior else A                                           # Q_ff diagonal: once if shared
-    var = kdiag - (A1 * A1).sum(-2) + (B * B).sum(-2)
+    A, kdiag = model.projection(X, Lk, broadcast=False)                            # [L,M,N] or [1,M,N]
+    if A.shape[0] == 1:
+        # one prior for all latents: the L products fold into one [L·M, M] × [M, N] product (no batched
+        # products with an outer-product backward, no sum over a broadcast A in the backward pass)
+        mean = mean_w @ A[0]                                                       # [L,N]
+        B = chol_w.transpose(-1, -2) @ A[0]                                        # [L,M,N]
+    else:
+        mean = (mean_w[:, None, :] @ A)[:, 0, :]                                   # [L,N]
+        B = chol_w.transpose(-1, -2) @ A                                           # [L,M,N]
+    var = kdiag - (A * A).sum(-2) + (B * B).sum(-2)                                # Q_ff diagonal once if shared
     return mean.transpose(0, 1), var.clamp_min(torch.finfo(var.dtype).tiny).transpose(0, 1)
 
 
