@@ -75,10 +75,15 @@ def merge(paths, out):
     for r in rows:
         groups[(r["method"], r["set"], r["fraction"], r["seed"])].append(r)
     complete = [r for k, rs in groups.items() if len(rs) == len(alphas[k[0]]) for r in rs]
-    path = write(out, {"config": {"merged": paths}, "runs": rows, "ranks": ranks(complete)})
-    print(table(complete))
-    for r in ranks(complete):
-        print(f"{r['method']:6s} alpha={r['alpha']:<5g} mean rank {r['mean_rank']:.2f} (n={r['n']})")
+    fractions = sorted({r["fraction"] for r in complete})
+    by_fraction = {f"{f:g}": ranks([r for r in complete if r["fraction"] == f]) for f in fractions}
+    path = write(out, {"config": {"merged": paths}, "runs": rows, "ranks": ranks(complete),
+                       "ranks_by_fraction": by_fraction})
+    for f in fractions:
+        print(f"\nM = {f:g} N\n" + table([r for r in complete if r["fraction"] == f]))
+    for f, rk in [("all", ranks(complete))] + list(by_fraction.items()):
+        for r in rk:
+            print(f"M={f:4s} {r['method']:6s} alpha={r['alpha']:<5g} mean rank {r['mean_rank']:.2f} (n={r['n']})")
     print(f"{len(rows)} runs, {len(complete)} in complete groups; wrote", path)
 
 
