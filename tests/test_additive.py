@@ -478,3 +478,13 @@ def test_binary_probit_ep_gradient_at_convergence_matches_finite_differences(alp
         model, lambda st: -ep.loss(model, st, X, y, len(X)), converged,
         [("kernel.raw_lengthscale", (0, 1)), ("kernel.raw_variance", (0,)), ("Z", (0, 2, 1)), ("likelihood.raw_flip", ())])
     assert min(abs(fd) for fd in fds) > 1e-3                 # each checked gradient is far from 0 here (>= 4e-3)
+
+
+def test_binary_step_tie_at_zero_variance_is_normalised():
+    # a = 0, ν = 0, μ = 0: the step's tie splits evenly (both classes got δ before, a row summing to 2δ)
+    lik = AD.BinaryAdditiveGaussian(0.0, 0.1)
+    mean = torch.tensor([[0.0], [1.0], [-2.0]], dtype=torch.float64)
+    p = lik.predict_log_proba(mean, torch.zeros_like(mean)).exp()
+    torch.testing.assert_close(p.sum(-1), torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(p[0], torch.tensor([0.5, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(p[1], torch.tensor([0.1, 0.9], dtype=torch.float64))   # δ = 0.1 on the wrong side

@@ -364,3 +364,18 @@ def test_bsvm_validation_error_uses_the_decision_rule_of_predict():
     est = GPClassifier(method="bsvm", n_inducing=6, max_iter=15, learning_rate=0.05, eval_every=5,
                        random_state=0).fit(X, y, X_val=Xv, y_val=yv)
     assert est.history_["validation"][-1]["error"] == pytest.approx(np.mean(est.predict(Xv) != yv), abs=1e-12)
+
+
+def test_collapsed_bound_is_accurate_in_float32_for_confident_points():
+    # −m − √(m² + v) cancels for m ≪ 0; float32 must still give −v/(2|m|) to leading order, with a gradient
+    m = torch.tensor([-100.0, -1000.0, -3.0, 0.0, 2.0], requires_grad=True)
+    v = torch.tensor([0.01, 0.01, 0.5, 0.2, 0.3])
+    got = collapsed_bound(m, v)
+    from decimal import Decimal, getcontext
+    getcontext().prec = 50                                      # the reference with 50 digits
+    ref = torch.tensor([float(-Decimal(float(a)) - (Decimal(float(a)) ** 2 + Decimal(float(b))).sqrt())
+                        for a, b in zip(m.detach(), v)], dtype=torch.float64)
+    torch.testing.assert_close(collapsed_bound(m.detach().double(), v.double()), ref, rtol=1e-14, atol=0)
+    torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=0)
+    got.sum().backward()
+    assert torch.isfinite(m.grad).all() and m.grad[1] != 0      # d/dm of −v/(2|m|) ≈ −5e-9 at m = −1000

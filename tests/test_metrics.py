@@ -145,3 +145,14 @@ def test_row_sum_within_tolerance_is_accepted():
 def test_bad_labels_raise(y, message):
     with pytest.raises(ValueError, match=message):
         metrics.brier(y, P)
+
+
+@pytest.mark.parametrize("n", [6, 12, 7, 49])
+def test_reliability_edge_rule_holds_for_every_bin_count(n):
+    # a confidence of exactly k/n belongs to bin k − 1 ((k−1)/n, k/n]; linspace edges one ulp below k/n
+    # (n = 6, 12, 49 among them) moved it to bin k
+    for k in range(1, n + 1):
+        if k / n < 0.5:
+            continue                                  # the top probability of two classes is >= 1/2
+        curve = metrics.reliability_curve([0], [[k / n, 1 - k / n]], n_bins=n)
+        assert int(np.argmax(curve["count"])) == k - 1, (n, k)

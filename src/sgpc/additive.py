@@ -115,13 +115,14 @@ class BinaryAdditiveGaussian(Likelihood):
         return 1
 
     def _log_cdf(self, s_mean: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
-        """log Φ(s μ/√(a + ν)); at a + ν = 0 the step: 0 if s μ > 0 else −∞."""
+        """log Φ(s μ/√(a + ν)); at a + ν = 0 the step: 0 if s μ > 0, −∞ if s μ < 0 and log ½ at the tie
+        s μ = 0 (so the two classes' probabilities still sum to one there)."""
         total = self.noise_variance + var
+        step = torch.where(s_mean > 0, math.inf, torch.where(s_mean < 0, -math.inf, 0.0)).to(s_mean.dtype)
         if isinstance(total, float) and total == 0.0:
-            return torch.where(s_mean > 0, 0.0, -math.inf).to(s_mean.dtype)
+            return log_ndtr(step)
         sd = torch.as_tensor(total, dtype=s_mean.dtype, device=s_mean.device).sqrt()
-        z = torch.where(sd > 0, s_mean / sd.clamp_min(torch.finfo(s_mean.dtype).tiny),
-                        torch.where(s_mean > 0, math.inf, -math.inf))
+        z = torch.where(sd > 0, s_mean / sd.clamp_min(torch.finfo(s_mean.dtype).tiny), step)
         return log_ndtr(z)
 
     def log_prob(self, y, F):

@@ -83,8 +83,14 @@ def optimal_alpha(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def collapsed_bound(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``gig_bound`` at α = ``optimal_alpha``: ℓ(m, v) = −m − √(m² + v)."""
-    return -m - torch.sqrt(m * m + v)
+    """``gig_bound`` at α = ``optimal_alpha``: ℓ(m, v) = −m − √(m² + v).
+
+    For m < 0 the two terms nearly cancel (a confidently correct point); there the equal form
+    −v / (|m| + √(m² + v)) is used, which keeps float32 accurate (m = −1000 gave exactly 0 and no gradient).
+    """
+    s = torch.sqrt(m * m + v)
+    cancelling = -v / (m.abs() + s).clamp_min(torch.finfo(s.dtype).tiny)
+    return torch.where(m < 0, cancelling, -m - s)
 
 
 def hinge_log_prob(b: torch.Tensor) -> torch.Tensor:

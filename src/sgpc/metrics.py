@@ -180,7 +180,9 @@ def reliability_curve(y_true_idx, proba, n_bins: int = 15) -> dict:
     y = _check_indices(y_true_idx, len(p), p.shape[1])
     if not (isinstance(n_bins, (int, np.integer)) and n_bins >= 1):
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    # k/n correctly rounded: linspace leaves some edges one ulp below k/n (n = 6: 5/6), which moved a
+    # confidence of exactly k/n into the bin above
+    edges = np.arange(n_bins + 1) / n_bins
     conf = p.max(axis=1)
     correct = (p.argmax(axis=1) == y).astype(np.float64)
     # right=True: bin b holds edges[b] < conf <= edges[b+1]; conf = 0 (impossible for proba) goes to bin 0
