@@ -104,6 +104,22 @@ def test_save_load_round_trip_exactly(fitted, tmp_path):
     np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
 
 
+def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
+    # a grid search over np.arange gives np.int64 parameters; save refused them after the fit had succeeded
+    X, y = iris
+    clf = GPClassifier(n_inducing=np.int64(10), max_iter=np.int64(5), random_state=np.int64(3),
+                       learning_rate=np.float64(0.02), checkpoint_path=tmp_path / "ck.pt",
+                       device=torch.device("cpu")).fit(X, y)
+    clf.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    assert back.n_inducing == 10 and type(back.n_inducing) is int and back.checkpoint_path == str(tmp_path / "ck.pt")
+    clf.set_params(random_state=np.random.RandomState(0))
+    with pytest.raises(TypeError, match="random_state=RandomState.*integer random_state"):
+        clf.save(tmp_path / "r.pt")
+    assert not (tmp_path / "r.pt").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
     clf, X, _ = fitted

@@ -2,6 +2,7 @@
 import os
 
 import pytest
+import numpy as np
 import torch
 
 from sgpc import kernels as K
@@ -288,3 +289,20 @@ def test_max_time_stops_the_loop_and_validates_the_last_step():
     state, hist = fit(model, VI(), state, X, y, s, generator=torch.Generator(),
                       validate=lambda m, st: rows.append(1) or {"x": 1.0})
     assert hist.iteration == [1] and rows == [1] and hist.validation[0]["iteration"] == 1
+
+
+def test_resume_on_other_rows_or_another_kernel_is_refused(tmp_path):
+    # EP's per-row sites were reused for other (or reordered) rows, and a kernel swap went unnoticed
+    from sgpc import GPClassifier
+    g = np.random.default_rng(0)
+    X = g.normal(size=(60, 3))
+    y = np.arange(60) % 3
+    ck = str(tmp_path / "ck.pt")
+    kw = dict(method="ep", n_inducing=10, random_state=0, checkpoint_path=ck, checkpoint_every=2)
+    GPClassifier(max_iter=4, **kw).fit(X, y)
+    for Xr, yr in ((X[:50], y[:50]), (X[::-1], y[::-1])):
+        with pytest.raises(CheckpointError, match="other data"):
+            GPClassifier(max_iter=8, **kw).fit(Xr, yr, resume=True)
+    with pytest.raises(CheckpointError, match="another model"):
+        GPClassifier(max_iter=8, kernel="matern52", **kw).fit(X, y, resume=True)
+    GPClassifier(max_iter=8, **kw).fit(X, y, resume=True)          # the same rows resume

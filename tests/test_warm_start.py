@@ -150,3 +150,29 @@ def test_saved_model_keeps_its_row_keys(tmp_path):
     # the sites were carried (not restarted at zero): one damped refresh leaves them near the saved ones
     assert torch.allclose(back.state_.c1, est.state_.c1, atol=0.5 * float(est.state_.c1.abs().max()))
     assert float(back.state_.c1.abs().sum()) > 0.5 * float(est.state_.c1.abs().sum())
+
+
+@pytest.mark.parametrize("change", [dict(kernel="matern52"), dict(latent_noise=None), dict(shared_kernel=True),
+                                    dict(shared_inducing=True), dict(dtype="float32"), dict(learn_inducing=False),
+                                    dict(learn_epsilon=True), dict(epsilon=0.05)])
+def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change, tmp_path):
+    # a warm start used to keep the old kernel (the file then named the new one: load built a Matérn from RBF
+    # weights, probabilities off by 0.29), made unloadable files (latent noise, sharing), crashed (dtype) or
+    # silently kept Z / ε fixed or learnable as before
+    X, y = _blobs()
+    est = GPClassifier(n_inducing=8, max_iter=10, random_state=0, warm_start=True, learning_rate=0.05).fit(X, y)
+    est.set_params(**change).fit(X, y)
+    assert not est.warm_started_
+    fresh = GPClassifier(n_inducing=8, max_iter=10, random_state=0, learning_rate=0.05, **change).fit(X, y)
+    np.testing.assert_allclose(est.predict_proba(X), fresh.predict_proba(X), rtol=0, atol=1e-12)
+    est.save(tmp_path / "m.pt")
+    loaded = GPClassifier.load(tmp_path / "m.pt")
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    assert est.model_.Z.requires_grad == est.learn_inducing
+
+
+def test_initial_values_and_engine_settings_do_not_stop_a_warm_start():
+    X, y = _blobs()
+    est = GPClassifier(n_inducing=8, max_iter=10, random_state=0, warm_start=True).fit(X, y)
+    est.set_params(learning_rate=0.02, latent_noise=0.1, init_lengthscale=2.0, max_iter=5).fit(X, y)
+    assert est.warm_started_

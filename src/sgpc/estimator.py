@@ -111,6 +111,23 @@ def _choice(kind: str, value, valid) -> None:
         raise ValueError(f"unknown {kind} {value!r}; valid: {', '.join(map(repr, valid))}")
 
 
+def _plain(name: str, value):
+    """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
+    and devices strings; anything else that is not a number, string, boolean or None cannot be saved."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, (os.PathLike, torch.device)):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    hint = "; pass an integer random_state (or None)" if name == "random_state" else ""
+    raise TypeError(f"parameter {name}={value!r} cannot be saved (only numbers, strings, booleans, None){hint}")
+
+
 def _check_finite(X: np.ndarray, name: str = "X") -> None:
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
@@ -447,13 +464,27 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return None
         return copy.deepcopy(self.feature_extractor).to(device=self.device, dtype=self._torch_dtype())
 
+    def _structure(self) -> tuple:
+        """The settings that define the fitted model's structure (not its initial values): a warm start
+        continues only a model built with the same ones, so that the fitted model is what the settings
+        say (and ``save`` writes settings that rebuild it). Initial values (latent_noise's value,
+        init_lengthscale, inducing_init, ...) and the engine's settings (alpha, damping, learning rate)
+        may change between warm-started fits."""
+        return (self.method, self.likelihood, self.kernel, self.latent_noise is None, bool(self.shared_kernel),
+                bool(self.shared_inducing), bool(self.learn_inducing), bool(self.learn_epsilon),
+                None if self.learn_epsilon else float(self.epsilon), self.dtype, str(self.device),
+                self.noise_variance, bool(self.learn_delta), None if self.learn_delta else float(self.delta),
+                int(self.n_samples_predict), self.softmax_predict,
+                float(self.outlier_prior_a), float(self.outlier_prior_b))
+
     def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int, full_gp: bool = False) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
-        the same method and likelihood, the same classes ``previous``, without a feature extractor the same
-        number of features D, and as many inducing inputs as this fit uses, M — a model fitted on fewer rows
-        than ``n_inducing`` has fewer; a full GP (rmgpc/smgpc with Z = X) continues only as a full GP)."""
+        the same structural settings (``_structure``: method, likelihood, kernel, sharing, dtype, ...), the
+        same classes ``previous``, without a feature extractor the same number of features D, and as many
+        inducing inputs as this fit uses, M — a model fitted on fewer rows than ``n_inducing`` has fewer;
+        a full GP (rmgpc/smgpc with Z = X) continues only as a full GP)."""
         if not (self.warm_start and hasattr(self, "state_") and previous is not None
-                and getattr(self, "_fitted_as_", None) == (self.method, self.likelihood)
+                and getattr(self, "_fitted_as_", None) == self._structure()
                 and len(previous) == len(classes) and bool(np.all(previous == classes))):
             return False
         if getattr(self, "_full_gp_", False) != full_gp or (not full_gp and self.model_.n_inducing < M):
@@ -568,7 +599,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = len(history.iteration)
         if keys is not None:
             self._row_keys_ = keys
-        self._fitted_as_ = (self.method, self.likelihood)     # what a warm start may continue
+        self._fitted_as_ = self._structure()     # what a warm start may continue
         self._full_gp_ = full_gp
         self.warm_started_ = bool(warm)
         return self
@@ -647,7 +678,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
-        self._fitted_as_ = (self.method, self.likelihood)
+        self._fitted_as_ = self._structure()
         self._full_gp_ = False
         self.warm_started_ = bool(warm)
         self._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
@@ -713,9 +744,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "posterior_")
         classes = self.classes_
+        params = {k: _plain(k, v) for k, v in self.get_params().items() if k != "feature_extractor"}
         payload = {
             "format": _FORMAT, "version": _VERSION,
-            "params": {k: v for k, v in self.get_params().items() if k != "feature_extractor"},
+            "params": params,
             "has_feature_extractor": self.model_.feature_extractor is not None,
             "classes": classes.tolist(), "classes_dtype": classes.dtype.str,
             "n_features_in": int(self.n_features_in_),
@@ -730,10 +762,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
-        for k, v in payload["params"].items():
-            if not (v is None or isinstance(v, (bool, int, float, str))):
-                raise TypeError(f"parameter {k}={v!r} cannot be saved (only numbers, strings, booleans, None); "
-                                "pass an integer random_state")
         tmp = os.fspath(path) + ".tmp"
         torch.save(payload, tmp)
         os.replace(tmp, os.fspath(path))
@@ -792,7 +820,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
-            est._fitted_as_ = (est.method, est.likelihood)
+            est._fitted_as_ = est._structure()
             est._full_gp_ = bool(d.get("full_gp", False))
             if est._full_gp_:
                 est.model_.Z.requires_grad_(False)

@@ -28,12 +28,14 @@ What this module does not do: any maths of a particular method, or label encodin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -184,6 +186,23 @@ def _load_state(state, d: dict):
         else:
             changes[f.name] = d[f.name]
     return dataclasses.replace(state, **changes) if changes else state
+
+
+def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None) -> dict:
+    """What a checkpoint must have been written for: the model's structure (module classes, a Matérn's ν,
+    the engine and its α) and the data (rows and features; in memory also a hash of X and y, so that other
+    or reordered rows — whose per-row sites would attach to the wrong rows — are refused on resume)."""
+    parts = [type(engine).__name__, str(getattr(engine, "alpha", None))]
+    for name, mod in model.named_modules():
+        parts.append(f"{name}:{type(mod).__name__}:{getattr(mod, 'nu', '')}")
+    if y is None:                                   # a stream source: its shape only (hashing is a full pass)
+        data = {"n_rows": int(X.n_rows), "n_features": int(X.n_features)}
+    else:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(np.ascontiguousarray(X.detach().cpu().numpy()).tobytes())
+        h.update(np.ascontiguousarray(y.detach().cpu().numpy()).tobytes())
+        data = {"n_rows": int(X.shape[0]), "n_features": int(X.shape[-1]), "hash": h.hexdigest()}
+    return {"structure": "|".join(parts), "data": data}
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
@@ -367,8 +386,17 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
                                 line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
     history, start = History(), 0
+    fingerprint = _fingerprint(model, engine, X, y) if settings.checkpoint_path else None
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
         ck = load_checkpoint(settings.checkpoint_path)
+        written_for = ck.get("fingerprint")          # checkpoints written before it existed lack it
+        if written_for is not None and written_for["structure"] != fingerprint["structure"]:
+            raise CheckpointError(f"checkpoint {settings.checkpoint_path} was written for another model "
+                                  f"(kernel, likelihood or method differ): {written_for['structure']!r}")
+        if written_for is not None and written_for["data"] != fingerprint["data"]:
+            raise CheckpointError(f"checkpoint {settings.checkpoint_path} was written for other data "
+                                  f"({written_for['data']}; this fit: {fingerprint['data']}); resume on the same rows "
+                                  "in the same order, or start afresh (resume=False)")
         try:
             model.load_state_dict(ck["model"])
             state = _load_state(state, ck["engine"])
@@ -463,7 +491,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0 \
                 and (comm is None or comm.rank == 0):
             save_checkpoint(settings.checkpoint_path, {
-                "format": "sgpc-checkpoint", "iteration": step + 1,
+                "format": "sgpc-checkpoint", "iteration": step + 1, "fingerprint": fingerprint,
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(),
