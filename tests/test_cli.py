@@ -228,3 +228,29 @@ def test_predict_parquet_features(name_model, tmp_path, capsys):
     assert _read_csv(out)[1].shape == (5, 3)
     assert cli.main(["predict", str(name_model), str(path)]) == 2  # 5 columns for a 4-feature model
     assert "pass --target COL" in capsys.readouterr().err
+
+
+def test_an_output_that_is_an_input_is_refused_and_nothing_is_overwritten(file_model, tmp_path, capsys):
+    model, data = file_model
+    before_data, before_model = data.read_bytes(), model.read_bytes()
+    assert cli.main(["fit", str(data), "-o", str(data), "--target", "species", *TINY]) == 2
+    assert cli.main(["evaluate", str(model), str(data), "-o", str(model)]) == 2
+    assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(data)]) == 2
+    assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(model) + ".json"]) == 2
+    assert "would be overwritten" in capsys.readouterr().err
+    assert data.read_bytes() == before_data and model.read_bytes() == before_model
+
+
+def test_evaluate_compares_text_labels_as_text(tmp_path, capsys):
+    # trained on labels 1, 2 and "other" (text); a file with only 1 and 2 parses them as numbers
+    X, y = load_iris(return_X_y=True)
+    labels = np.array(["1", "2", "other"])[y]
+    for name, rows in (("train.csv", slice(None)), ("sub.csv", y < 2)):
+        with open(tmp_path / name, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["a", "b", "c", "d", "label"])
+            w.writerows([list(xi) + [li] for xi, li in zip(X[rows], labels[rows])])
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", str(tmp_path / "train.csv"), "-o", str(model), *TINY]) == 0
+    assert cli.main(["evaluate", str(model), str(tmp_path / "sub.csv")]) == 0
+    assert "n 100" in capsys.readouterr().out

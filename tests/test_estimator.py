@@ -155,9 +155,10 @@ def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
 
     with open(tmp_path / "evil.pt", "wb") as f:
         pickle.dump({"format": "sgpc-model", "x": Evil()}, f)
-    with pytest.raises(ModelFileError):
+    with pytest.raises(ModelFileError, match="never unpickles") as err:
         GPClassifier.load(tmp_path / "evil.pt")
     assert not (tmp_path / "pwned").exists()
+    assert "weights_only" not in str(err.value)          # no advice to load an untrusted file unsafely
     with pytest.raises(FileNotFoundError):
         GPClassifier.load(tmp_path / "missing.pt")
 
@@ -274,3 +275,30 @@ def test_reversed_views_are_accepted(iris):
     assert np.array_equal(a.predict_proba(X[::-2]), b.predict_proba(X[::-2].copy()))
     assert np.array_equal(U.acquisition_scores(a, X[::-3], "entropy", 10, 0),
                           U.acquisition_scores(a, X[::-3].copy(), "entropy", 10, 0))
+
+
+def test_argument_errors_are_clear(iris, tmp_path, fitted):
+    X, y = iris
+    with pytest.raises(ValueError, match="X_val and y_val together"):
+        GPClassifier(**FAST).fit(X, y, X_val=X[:5])
+    with pytest.raises(ValueError, match="X_val and y_val together"):
+        GPClassifier(**FAST).fit(X, y, y_val=y[:5])
+    for kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"), (dict(max_iter=2.5), "max_iter must be an integer"),
+                    (dict(checkpoint_every=-3), "checkpoint_every must be >= 0"),
+                    (dict(latent_noise=-1.0), "latent_noise must be a finite number >= 0"),
+                    (dict(device="bogus"), "unknown device 'bogus'")):
+        with pytest.raises(ValueError, match=msg):
+            GPClassifier(**{**FAST, **kw}).fit(X, y)
+    clf = fitted[0]
+    with pytest.raises(ValueError, match="before predicting"):
+        clf.predict(np.full((2, 4), np.nan))
+    clf.save(tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="unknown device 'bogus'"):      # the argument's fault, not the file's
+        GPClassifier.load(tmp_path / "m.pt", device="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs CUDA"):
+            GPClassifier.load(tmp_path / "m.pt", device="cuda")
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        clf.save(tmp_path / "adir")
+    assert not (tmp_path / "adir.tmp").exists()

@@ -239,11 +239,17 @@ def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) 
     return (X - mean) / std
 
 
-def _check_writable(path: str) -> None:
-    """Fail before a long fit, not after it, when the output's folder does not exist."""
+def _check_writable(path: str, *inputs: str | None) -> None:
+    """Fail before a long fit, not after it, when the output's folder does not exist or the output is one
+    of the command's inputs (``-o`` naming the data or the model would overwrite it)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CLIError(f"cannot write {path}: the folder {folder} does not exist")
+    target = os.path.realpath(path)
+    for inp in inputs:
+        if inp is not None and os.path.realpath(inp) == target:
+            raise CLIError(f"the output {path} is also an input of this command ({inp}); it would be overwritten: "
+                           "choose another output path")
 
 
 def _write_csv(path: str, header, rows: np.ndarray) -> None:
@@ -315,7 +321,9 @@ def _cmd_fit(args) -> int:
         raise CLIError("--checkpoint-every needs --checkpoint PATH")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
-    _check_writable(args.output)
+    data = None if _is_name(args.data) else args.data
+    _check_writable(args.output, data, args.checkpoint)
+    _check_writable(_sidecar_path(args.output), data, args.checkpoint)
     if args.stream:
         return _cmd_fit_stream(args)
     if _is_name(args.data):
@@ -349,7 +357,7 @@ def _cmd_fit(args) -> int:
 def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
-        _check_writable(args.output)
+        _check_writable(args.output, args.model, _sidecar_path(args.model), args.file)
     X, names = _read_features(args.file, args.target, len(side["mean"]))
     X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
     proba = est.predict_proba(X)
@@ -362,7 +370,7 @@ def _cmd_predict(args) -> int:
 def _cmd_evaluate(args) -> int:
     est, side = _load_model(args.model)
     if args.output:
-        _check_writable(args.output)
+        _check_writable(args.output, args.model, _sidecar_path(args.model), args.data)
     if _is_name(args.data):
         data_dir = args.data_dir if args.data_dir is not None else side.get("data_dir")
         ds, names = datasets.load(args.data, data_dir), None
@@ -380,6 +388,11 @@ def _cmd_evaluate(args) -> int:
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")
     Xs = _standardise(X, side, args.data, hint, names)
+    y = np.asarray(y)
+    if est.classes_.dtype.kind in "UO" and y.dtype.kind in "iuf":
+        # the training file's labels were text (e.g. 1, 2, other); a file holding only some of them parses
+        # them as numbers: compare as text
+        y = y.astype(str)
     proba = est.predict_proba(Xs)
     # the error of the model's own decision rule (argmax proba, or the posterior mean for bsvm)
     result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba,

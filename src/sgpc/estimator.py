@@ -27,7 +27,7 @@ from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import TrainSettings, fit as fit_loop, refresh, _state_to_dict, _load_state
+from .train import TrainSettings, fit as fit_loop, file_error_detail, refresh, _state_to_dict, _load_state
 from .ep import EP
 from .fitc_ep import GFITC
 from .rmgpc import RMGPC
@@ -128,13 +128,23 @@ def _plain(name: str, value):
     raise TypeError(f"parameter {name}={value!r} cannot be saved (only numbers, strings, booleans, None){hint}")
 
 
-def _check_finite(X: np.ndarray, name: str = "X") -> None:
+def _check_device(device) -> None:
+    """A clear error for a device torch does not know or that this machine lacks (CUDA)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"unknown device {device!r} ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} needs CUDA, which this torch build or machine does not have; use 'cpu'")
+
+
+def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting") -> None:
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
         rows = np.flatnonzero(bad)
         shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
         raise ValueError(f"{name} contains NaN or infinity in {len(rows)} row(s), first: {shown}; "
-                         "impute or drop them before fitting")
+                         f"impute or drop them before {when}")
 
 
 def _non_numeric_columns(X) -> list:
@@ -169,7 +179,7 @@ def _validated(estimator, X, y=None, *, reset: bool):
             raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
         raise
-    _check_finite(out[0] if y is not None else out)
+    _check_finite(out[0] if y is not None else out, when="fitting" if reset else "predicting")
     return out
 
 
@@ -338,6 +348,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 v = getattr(self, name)
                 if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
                     raise ValueError(f"{name} must be a finite number > 0 (Beta prior of rho), got {v!r}")
+        _check_device(self.device)
+        if self.latent_noise is not None and not (isinstance(self.latent_noise, (int, float, np.number))
+                                                  and math.isfinite(self.latent_noise) and self.latent_noise >= 0):
+            raise ValueError(f"latent_noise must be a finite number >= 0 or None (no noise term), got {self.latent_noise!r}")
         if not (isinstance(self.n_inducing, (int, np.integer)) and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
         if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
@@ -540,6 +554,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Returns: self.
         """
         self._check_options()
+        if (X_val is None) != (y_val is None):
+            raise ValueError("pass X_val and y_val together (validation needs rows and their labels)")
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
             return self._fit_stream(self._as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         if y is None:
@@ -709,7 +725,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
-                _check_finite(Xb)
+                _check_finite(Xb, when="predicting")
                 out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_, self._tensor(Xb))[which].cpu().numpy()
                 row += len(Xb)
             return out
@@ -762,9 +778,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path} is a directory; save needs a file path such as {os.path.join(path, 'model.pt')}")
         tmp = os.fspath(path) + ".tmp"
-        torch.save(payload, tmp)
-        os.replace(tmp, os.fspath(path))
+        try:
+            torch.save(payload, tmp)
+            os.replace(tmp, os.fspath(path))
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
     @classmethod
     def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None,
@@ -782,7 +804,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         except FileNotFoundError:
             raise
         except Exception as exc:  # truncation and foreign formats raise many different exception types
-            raise ModelFileError(f"{path} is not a readable sgpc model file ({type(exc).__name__}: {exc})") from None
+            raise ModelFileError(f"{path} is not a readable sgpc model file ({file_error_detail(exc)})") from None
         if not isinstance(d, dict) or d.get("format") != _FORMAT:
             raise ModelFileError(f"{path} is not an sgpc model file")
         if d.get("version") != _VERSION:
@@ -791,8 +813,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{path} was saved " + ("with a feature extractor: pass a module of the same architecture, "
                              "GPClassifier.load(path, feature_extractor=module)" if d.get("has_feature_extractor")
                              else "without a feature extractor: call GPClassifier.load(path) without one"))
-        params = dict(d.get("params", {}))
+        params = d.get("params", {})
+        if not isinstance(params, dict):
+            raise ModelFileError(f"{path} is damaged: its parameters are a {type(params).__name__}, not a mapping")
+        params = dict(params)
         if device is not None:
+            _check_device(device)              # the argument's fault, not the file's
             params["device"] = device
         elif str(params.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"{path} was fitted on {params['device']!r}, which is not available here: loading on the CPU",

@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -116,10 +117,18 @@ class TrainSettings:
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        for name in ("max_iter", "n_epochs", "batch_size", "checkpoint_every", "eval_every"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
         if self.max_iter < 0 or (self.n_epochs is not None and self.n_epochs < 0):
             raise ValueError("max_iter and n_epochs must be non-negative")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0 (0: no checkpoints), got {self.checkpoint_every}")
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.optimizer == "lbfgs" and self.batch_size is not None:
             raise ValueError("optimizer='lbfgs' needs full-batch training (batch_size=None); use 'adam' for minibatches")
         if self.optimizer == "adaptive" and self.batch_size is not None:
@@ -213,6 +222,15 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
     os.replace(tmp, path)
 
 
+def file_error_detail(exc: Exception) -> str:
+    """Why torch could not read a model or checkpoint file, without torch's advice to load it unsafely
+    (``weights_only=False``) when the file holds arbitrary objects."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return ("it holds objects other than tensors and plain values (not written by sgpc, or altered); "
+                "sgpc never unpickles such objects")
+    return f"{type(exc).__name__}: {exc}"
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Read a checkpoint written by ``save_checkpoint`` without executing code (weights_only)."""
     try:
@@ -220,7 +238,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     except FileNotFoundError:
         raise
     except Exception as exc:  # truncated, corrupt or foreign files raise many different types
-        raise CheckpointError(f"{path} is not a readable sgpc checkpoint ({type(exc).__name__}: {exc})") from None
+        raise CheckpointError(f"{path} is not a readable sgpc checkpoint ({file_error_detail(exc)})") from None
     if not isinstance(d, dict) or d.get("format") != "sgpc-checkpoint":
         raise CheckpointError(f"{path} is not an sgpc checkpoint")
     return d
