@@ -12,7 +12,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sgpc import GPClassifier
-from sgpc.estimator import ModelFileError
+from sgpc.estimator import ModelFileError, _digest
 
 FAST = dict(n_inducing=10, max_iter=30, random_state=0)
 
@@ -126,7 +126,9 @@ def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
     path = tmp_path / "gpu.pt"
     clf.save(path)
     d = torch.load(path, weights_only=True)
+    del d["checksum"]
     d["params"]["device"] = "cuda:0"                     # as written by a fit with device="cuda:0"
+    d["checksum"] = _digest(d)
     torch.save(d, path)
     with pytest.warns(UserWarning, match="'cuda:0', which is not available here: loading on the CPU"):
         back = GPClassifier.load(path)
@@ -302,3 +304,18 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
     with pytest.raises(IsADirectoryError, match="is a directory"):
         clf.save(tmp_path / "adir")
     assert not (tmp_path / "adir.tmp").exists()
+
+
+def test_a_flipped_bit_in_a_saved_model_is_detected(fitted, tmp_path):
+    clf, X, _ = fitted
+    path = tmp_path / "m.pt"
+    clf.save(path)
+    d = torch.load(path, weights_only=True)
+    d["posterior"]["mean"].view(torch.int64)[0, 0] ^= 1 << 55          # one exponent bit of one number
+    torch.save(d, tmp_path / "flipped.pt")
+    with pytest.raises(ModelFileError, match="altered or corrupted"):
+        GPClassifier.load(tmp_path / "flipped.pt")
+    d = torch.load(path, weights_only=True)
+    del d["checksum"]                                                     # a file written before checksums
+    torch.save(d, tmp_path / "old.pt")
+    np.testing.assert_array_equal(GPClassifier.load(tmp_path / "old.pt").predict_proba(X), clf.predict_proba(X))

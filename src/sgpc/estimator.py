@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import math
 import os
 import warnings
@@ -136,6 +137,29 @@ def _check_device(device) -> None:
         raise ValueError(f"unknown device {device!r} ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} needs CUDA, which this torch build or machine does not have; use 'cpu'")
+
+
+def _digest(payload: dict) -> str:
+    """blake2b of a model file's content: every tensor (key path, dtype, shape, bytes) and every other value
+    (its repr), in key order — a flipped bit in any weight or site changes it."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def walk(obj, path: str) -> None:
+        if isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                walk(obj[k], f"{path}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}/{i}")
+        elif isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{path}={obj!r}".encode())
+
+    walk(payload, "")
+    return h.hexdigest()
 
 
 def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting") -> None:
@@ -778,6 +802,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
+        payload["checksum"] = _digest(payload)
         if os.path.isdir(path):
             raise IsADirectoryError(f"{path} is a directory; save needs a file path such as {os.path.join(path, 'model.pt')}")
         tmp = os.fspath(path) + ".tmp"
@@ -809,6 +834,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ModelFileError(f"{path} is not an sgpc model file")
         if d.get("version") != _VERSION:
             raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {_VERSION}")
+        stored = d.pop("checksum", None)        # files written before checksums were added have none
+        if stored is not None and stored != _digest(d):
+            raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
+                                 "its content); refit or restore the file from a copy")
         if bool(d.get("has_feature_extractor", False)) != (feature_extractor is not None):
             raise ValueError(f"{path} was saved " + ("with a feature extractor: pass a module of the same architecture, "
                              "GPClassifier.load(path, feature_extractor=module)" if d.get("has_feature_extractor")
