@@ -265,7 +265,10 @@ def test_raw_pixel_inputs_fit_without_standardisation():
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X / 16.0, y, test_size=0.3, random_state=0, stratify=y)
     clf = GPClassifier(method="vi", n_inducing=30, max_iter=60, learning_rate=0.05, random_state=0).fit(Xtr, ytr)
-    assert clf.score(Xte, yte) > 0.85
+    # stuck at the prior: accuracy 0.1, NLL log 10 = 2.3; after 60 steps 0.85-0.87 / 0.33-0.36 (the exact
+    # numbers move with the quadrature rule: accuracy is a noisy readout this early)
+    assert clf.score(Xte, yte) > 0.8
+    assert -np.mean(clf.predict_log_proba(Xte)[np.arange(len(yte)), yte]) < 0.45
 
 
 def test_reversed_views_are_accepted(iris):

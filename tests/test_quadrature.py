@@ -63,7 +63,9 @@ def test_largest_sums_to_one_and_matches_monte_carlo():
 
 def test_label_variant_is_a_column_of_the_full_table():
     g = torch.Generator().manual_seed(1)
-    mean, var = torch.randn(8, 4, generator=g), torch.rand(8, 4, generator=g) + 0.1
+    # variance ratios below PANEL_RATIO_PREDICT, so both take Gauss–Hermite (above it the full table, which
+    # is for predictions, switches to the panel rule at a lower ratio than the label variant)
+    mean, var = torch.randn(8, 4, generator=g), 0.5 + 0.5 * torch.rand(8, 4, generator=g)
     y = torch.randint(0, 4, (8,), generator=g)
     full = Q.log_prob_largest(mean, var)
     torch.testing.assert_close(Q.log_prob_label_largest(y, mean, var), full.gather(1, y[:, None])[:, 0])
@@ -97,3 +99,53 @@ def test_linear_space_label_probability_equals_the_log_space_one_and_its_gradien
         # per row, to 1e-8 of that row's largest entry (rows span P ~ 1e-100 to 1)
         scale = b.abs().amax(-1, keepdim=True)
         assert bool(((a - b).abs() <= 1e-8 * scale).all()), (a - b).abs() / scale
+
+
+def _largest_by_adaptive_quadrature(m, v, c):
+    """P(f_c largest) by scipy's adaptive quadrature with break points at every class's scale."""
+    from scipy import integrate
+    s = np.sqrt(v)
+    f = lambda t: norm.pdf(t, m[c], s[c]) * np.prod([norm.cdf((t - m[j]) / s[j]) for j in range(len(m)) if j != c])
+    lo, hi = m[c] - 12 * s[c], m[c] + 12 * s[c]
+    pts = sorted({float(p) for p in np.concatenate([m - 3 * s, m, m + 3 * s]) if lo < p < hi})
+    return integrate.quad(f, lo, hi, points=pts, limit=500, epsabs=1e-14, epsrel=1e-12)[0]
+
+
+@pytest.mark.parametrize("ratio", [30.0, 1e3, 1e4])
+def test_largest_is_accurate_when_the_class_variances_differ_by_orders_of_magnitude(ratio):
+    # Gauss–Hermite at the label's scale cannot resolve a much narrower class's Φ: at variance ratio 100 the
+    # error was 1e-2 (64 nodes) to 3e-2 (32); such pairs now go to composite panels
+    rng = np.random.default_rng(int(math.log10(ratio)))
+    for _ in range(6):
+        C = int(rng.integers(2, 6))
+        m = rng.normal(size=C) * 1.5
+        v = 0.3 * np.exp(rng.uniform(0, math.log(ratio), size=C))
+        v[0], v[-1] = 0.3, 0.3 * ratio                                   # span the whole ratio
+        ref = np.array([_largest_by_adaptive_quadrature(m, v, c) for c in range(C)])
+        got = Q.log_prob_largest(torch.tensor(m)[None], torch.tensor(v)[None], 64).exp()[0].numpy()
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8)
+        assert abs(got.sum() - 1.0) < 1e-8
+        y = torch.tensor([C - 1])                                         # the widest class: a panel pair
+        got_label = Q.log_prob_label_largest(y, torch.tensor(m)[None], torch.tensor(v)[None]).exp().item()
+        lin_label = Q.prob_label_largest(y, torch.tensor(m)[None], torch.tensor(v)[None]).item()
+        assert abs(got_label - ref[-1]) < 1e-8 and abs(lin_label - ref[-1]) < 1e-8
+
+
+def test_two_classes_a_million_fold_apart_match_the_probit_closed_form():
+    # (scipy's adaptive reference itself is off by 1.5e-7 here; the closed form is exact)
+    rng = np.random.default_rng(0)
+    m = torch.tensor(rng.normal(size=(40, 2)) * 1.5)
+    v = torch.tensor([[0.3, 3e5]]).expand(40, 2)
+    exact = torch.as_tensor(norm.cdf((m[:, 1] - m[:, 0]) / v.sum(1).sqrt()))
+    torch.testing.assert_close(Q.log_prob_largest(m, v, 64).exp()[:, 1], exact, rtol=0, atol=1e-9)
+    torch.testing.assert_close(Q.prob_label_largest(torch.ones(40, dtype=torch.long), m, v), exact, rtol=0, atol=1e-9)
+
+
+def test_gradients_through_the_panel_rule_match_finite_differences():
+    m = torch.tensor([[0.3, -0.4, 1.0]], requires_grad=True)
+    v = torch.tensor([[50.0, 0.2, 0.5]], requires_grad=True)              # class 0: 250x the narrowest
+    y = torch.tensor([0])
+    assert bool(Q._hard(v.detach(), y[:, None], Q.PANEL_RATIO_LABEL).all())
+    assert torch.autograd.gradcheck(lambda a, b: Q.log_prob_label_largest(y, a, b), (m, v), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(lambda a, b: Q.prob_label_largest(y, a, b), (m, v), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(lambda a, b: Q.log_prob_largest(a, b), (m, v), eps=1e-6, atol=1e-7)
