@@ -488,3 +488,40 @@ def test_binary_step_tie_at_zero_variance_is_normalised():
     torch.testing.assert_close(p.sum(-1), torch.ones(3, dtype=torch.float64))
     torch.testing.assert_close(p[0], torch.tensor([0.5, 0.5], dtype=torch.float64))
     torch.testing.assert_close(p[1], torch.tensor([0.1, 0.9], dtype=torch.float64))   # δ = 0.1 on the wrong side
+
+
+def _expect_1d(g, mu, nu):
+    """∫ N(f | mu, nu) g(f) df by scipy's adaptive quadrature (break point at the step, f = 0)."""
+    from scipy import integrate
+    from scipy.stats import norm
+    s = math.sqrt(nu)
+    return integrate.quad(lambda f: norm.pdf(f, mu, s) * g(f), mu - 12 * s, mu + 12 * s,
+                          points=[0.0] if abs(mu) < 12 * s else None, limit=400, epsabs=1e-14)[0]
+
+
+def test_logistic_prediction_is_accurate_at_any_variance():
+    # 64 Gauss-Hermite nodes at the Gaussian's scale were off by 2e-2 at variance 400 and returned 0.5 for
+    # mu = -3, nu = 1e4 (0.4884): the logistic step is narrow against such a Gaussian
+    from scipy.special import expit
+    lik = AD.BinarySoftmax()
+    for nu in (1e-8, 1.0, 100.0, 400.0, 1e4):
+        for mu in (-5.0, -3.0, 0.0, 1.0, 40.0):
+            got = lik.predict_log_proba(torch.tensor([[mu]]), torch.tensor([[nu]])).exp()[0, 1].item()
+            assert abs(got - _expect_1d(expit, mu, nu)) < 1e-9, (mu, nu)
+
+
+@pytest.mark.parametrize("mu,nu,alpha", [(-1.0, 20.0, 0.5), (2.0, 100.0, 0.5), (-3.0, 1e4, 0.5), (0.5, 0.01, 0.3)])
+def test_power_ep_tilted_moments_of_the_probit_model_at_large_cavity_variance(mu, nu, alpha):
+    # the generic 20-node rule gave a tilted mean of 13.4 instead of 8.03 at nu = 100 and left the mean
+    # unchanged (-3 instead of 73.2) at nu = 1e4
+    from scipy.stats import norm
+    a, d = 1.0, 1e-3
+    lik = AD.BinaryAdditiveGaussian(a, d)
+    p = lambda f: ((1 - 2 * d) * norm.cdf(f / math.sqrt(a)) + d) ** alpha
+    Z = _expect_1d(p, mu, nu)
+    mean = _expect_1d(lambda f: f * p(f), mu, nu) / Z
+    var = _expect_1d(lambda f: f * f * p(f), mu, nu) / Z - mean ** 2
+    log_z, m, v = lik.tilted_moments(torch.tensor([1]), torch.tensor([[mu]]), torch.tensor([[nu]]), alpha)
+    assert abs(log_z.item() - math.log(Z)) < 1e-9
+    assert abs(m.item() - mean) < 1e-7 * max(1.0, abs(mean))
+    assert abs(v.item() - var) < 1e-6 * max(1.0, var)
