@@ -214,3 +214,12 @@ def test_damping_anneals_per_pass_over_the_data():
         st = engine.update(model, st, X, y, 12)
         assert st.step == pytest.approx(2.0)
     assert EP()._damping(1.0) == pytest.approx(0.5 * 0.99)
+
+
+def test_a_damping_below_the_annealing_floor_is_kept():
+    # EP(damping=0.01) took steps of 0.05: the floor raised it silently
+    from sgpc.ep import EP
+    from sgpc.sep import SEP
+    assert EP(damping=0.01)._damping(0) == 0.01 and EP(damping=0.01)._damping(100) == 0.01
+    assert EP(damping=0.5)._damping(1e6) == 0.05
+    assert SEP(damping=0.01).min_damping == 0.05

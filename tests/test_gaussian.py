@@ -92,3 +92,15 @@ def test_moment_match_probit_against_quadrature():
         assert abs(logZ[i].item() - math.log(Z)) < 1e-9
         assert abs(mu[i, 0].item() - E1) < 1e-8
         assert abs(var[i, 0].item() - (E2 - E1 ** 2)) < 1e-8
+
+
+def test_jitter_escalates_only_for_the_failing_matrix_and_from_zero():
+    good = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    singular = torch.tensor([[1.0, 1.0], [1.0, 1.0 - 1e-4]], dtype=torch.float64)    # indefinite
+    with pytest.warns(G.JitterWarning, match="1 of 2 matrices"):
+        L = G.cholesky(torch.stack([good, singular]))
+    # the good matrix keeps the base jitter (it was factorised with 1e-4 relative jitter before: error 1.5e-4)
+    assert float((L[0] @ L[0].mT - good).abs().max()) < 1e-7
+    # jitter=0 asks for the exact factor: one try, then the error callers use as their signal
+    with pytest.raises(G.NotPositiveDefiniteError, match="without jitter"):
+        G.cholesky(singular, jitter=0.0)

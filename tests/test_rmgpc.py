@@ -302,3 +302,28 @@ def test_prediction_is_robust_max_with_epsilon_rho():
     m, v = marginals(model, q, X)
     P_argmax = lik0.predict_log_proba(m, v).exp()
     torch.testing.assert_close(P, (1 - rho) * P_argmax + rho / 3, rtol=1e-8, atol=1e-10)
+
+
+def test_a_vague_beta_prior_keeps_q_rho_proper():
+    # with a0 = b0 = 1e-3 the parallel rho-site update drove b below 0 (E[rho] = 1.0013) after one sweep; every
+    # later update then failed and E[rho] stayed at 0.63 with outlier probabilities near 1/2 for clean rows
+    g = torch.Generator().manual_seed(3)
+    N, C = 60, 3
+    X = torch.randn(N, 2, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    flip = torch.randperm(N, generator=g)[:6]
+    y[flip] = (y[flip] + 1) % C
+    model = SparseGP(K.RBF(2, C, noise=0.01, lengthscale=1.0, variance=4.0), RobustMax(C), X.expand(C, N, 2).clone(),
+                     learn_inducing=False)
+    eng = R.RMGPC(prior_a=1e-3, prior_b=1e-3)
+    prior = F.fitc_prior(model, X)
+    st = eng.init(model, X, y, None)
+    for _ in range(150):
+        st = eng.run(prior, st, max_sweeps=1)
+        a, b = eng.beta_posterior(st)
+        assert float(a) > 0 and float(b) > 0
+    assert eng.expected_rho(st) < 0.3
+    p = eng.outlier_proba(st)
+    clean = torch.ones(N, dtype=torch.bool)
+    clean[flip] = False
+    assert float(p[flip].mean()) > 0.7 and float(p[clean].mean()) < 0.2

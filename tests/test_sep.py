@@ -98,6 +98,10 @@ def test_tied_site_broken_by_a_kernel_change_is_shrunk_not_fatal():
     assert st2.redamped > st.redamped
     q = sep.posterior(model, st2)
     assert torch.isfinite(q.cov).all()
+    # the full-data refresh at the end of a fit repairs it the same way (it raised NotPositiveDefiniteError)
+    from sgpc.train import refresh
+    st3 = refresh(model, sep, st, X, y)
+    assert st3.redamped > st.redamped and torch.isfinite(sep.posterior(model, st3).cov).all()
 
 
 def _fd_and_autograd(sep, model, X, y, checks, h=1e-5):

@@ -351,7 +351,7 @@ class EP:
         alpha: the power of Power EP (alpha §3.1); 1 gives EP.
         factor: "pairwise" (scalable-ep eq. 6: closed-form Z, the step likelihood) or "likelihood"
             (one factor per point, p(y_i|f_i)^α from the model's likelihood, e.g. robust-max).
-        damping: initial damping ρ (App. E); annealed as ρ_t = max(damping · decay^t, min_damping) with
+        damping: initial damping ρ (App. E); annealed as ρ_t = max(damping · decay^t, min(min_damping, damping)) with
             t the passes over the data so far (a minibatch update adds |B|/N): minibatch training anneals
             per epoch as batch training does per update. (Annealing per minibatch step instead held every
             site update at the 0.05 floor after ~230 steps, ~1 epoch of MNIST: the sites then absorbed
@@ -416,7 +416,8 @@ class EP:
                        skipped=state.skipped, redamped=state.redamped, y=y.detach().clone())
 
     def _damping(self, step: float) -> float:
-        return max(self.damping * self.decay ** step, self.min_damping)
+        # the annealing floor never raises a damping the user chose below it
+        return max(self.damping * self.decay ** step, min(self.min_damping, self.damping))
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: EPState, Lk: torch.Tensor | None = None) -> EPState:

@@ -250,7 +250,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         shared_kernel: one set of kernel hyper-parameters for all latent functions.
         latent_noise: initial variance of the additive latent noise (papers' kernel); None removes the term.
         epsilon: robust-max label-noise probability; learn_epsilon: make it trainable.
-        damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05).
+        damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05 or the
+            damping itself when it is smaller).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
             rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips). learning_rate: step size.
         lr_decay: Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).

@@ -47,27 +47,40 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 6
     """Lower Cholesky factor of A + j·mean(diag A)·I with escalating j.
 
     The first try adds the base jitter (``base_jitter(dtype)`` unless given). Each failure
-    multiplies it by 10 and emits a ``JitterWarning`` naming ``what``; after ``max_tries`` the
-    ``NotPositiveDefiniteError`` says how far it went.
+    multiplies the jitter of the failing matrices (only those, in a batch) by 10 and emits a
+    ``JitterWarning`` naming ``what``; after ``max_tries`` the ``NotPositiveDefiniteError`` says how
+    far it went. ``jitter=0`` asks for the exact factor: one try, and the error on failure.
 
     Args:
         A: [..., M, M] symmetric matrices.
     Returns:
         [..., M, M] lower-triangular factors.
     """
-    j = base_jitter(A.dtype) if jitter is None else float(jitter)
+    j0 = base_jitter(A.dtype) if jitter is None else float(jitter)
     scale = A.diagonal(dim1=-2, dim2=-1).mean(-1).abs().clamp_min(1e-12)[..., None, None]
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    # one jitter per matrix: a failing matrix of a batch escalates alone (the others keep their factor).
+    # jitter=0 asks for the exact factor: one try, and a failure is the caller's signal (no escalation)
+    if j0 == 0.0:
+        L, info = torch.linalg.cholesky_ex(A)
+        if bool((info > 0).any()):
+            raise NotPositiveDefiniteError(f"{what} is not positive definite (factorised without jitter)")
+        return L
+    j = torch.full(scale.shape, j0, dtype=A.dtype, device=A.device)
+    first_bad = None
     for attempt in range(max_tries):
         L, info = torch.linalg.cholesky_ex(A + (j * scale) * eye)
-        if not bool((info > 0).any()):
+        bad = (info > 0)[..., None, None]
+        if not bool(bad.any()):
             if attempt > 0:
-                warnings.warn(f"{what} was not positive definite; factorised with relative jitter {j:.1e} "
-                              f"(default {base_jitter(A.dtype):.0e})", JitterWarning, stacklevel=2)
+                warnings.warn(f"{what} was not positive definite ({first_bad} of {bad.numel()} matrices); factorised "
+                              f"with relative jitter up to {float(j.max()):.1e} (default {base_jitter(A.dtype):.0e})",
+                              JitterWarning, stacklevel=2)
             return L
-        j *= 10.0
+        first_bad = int(bad.sum()) if first_bad is None else first_bad
+        j = torch.where(bad, 10.0 * j, j)
     raise NotPositiveDefiniteError(
-        f"{what} is not positive definite even with relative jitter {j / 10:.1e}; "
+        f"{what} is not positive definite even with relative jitter {float(j.max()) / 10:.1e}; "
         "check for NaN/inf in the inputs or extreme hyper-parameters")
 
 

@@ -325,8 +325,10 @@ class RMGPC:
         for attempt in range(_MAX_HALVINGS + 1):
             ca, cb = a_site + step * (new_a - a_site), b_site + step * (new_b - b_site)
             A, B = self.prior_a + (ca - 1.0).sum(), self.prior_b + (cb - 1.0).sum()
+            # every cavity Beta and Q(ρ) itself must stay proper: site terms summing below −a0 (−b0) made
+            # Q(ρ) improper under a vague prior (b = −3e-6, E[ρ] = 1.0013) and froze the ρ-sites for good
             ok = bool(torch.isfinite(ca).all() and torch.isfinite(cb).all() and (A - ca + 1.0 > 0).all()
-                      and (B - cb + 1.0 > 0).all())
+                      and (B - cb + 1.0 > 0).all() and A > 0 and B > 0)
             if ok:
                 q_new = q_prior + self.damping * (upd.q_site - q_prior)
                 return q_new, ca, cb, int(attempt > 0) * a_site.numel(), 0

@@ -204,7 +204,7 @@ class SEP:
         P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
         dP = cav_Lk.mT @ dLam @ cav_Lk
         dP = 0.5 * (dP + dP.mT)
-        rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, self.min_damping))
+        rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, min(self.min_damping, self.damping)))
         # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied site)
         eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
         Pc0 = eye + keep * (P0 - eye)

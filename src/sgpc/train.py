@@ -305,6 +305,9 @@ def refresh(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, c
     if not hasattr(engine, "increment"):
         return engine.update(model, state, X, y, N, idx) if comm is None else \
             comm.update(engine, model, state, X, y, N, idx)
+    if hasattr(engine, "restore"):    # as in SEP.update: a hyper-parameter step may have broken the tied site
+        with torch.no_grad():
+            state = engine.restore(model, state)
     total = None
     for a in range(0, X.shape[0], chunk):
         inc = engine.increment(model, state, X[a:a + chunk], y[a:a + chunk])
