@@ -327,3 +327,24 @@ def test_a_vague_beta_prior_keeps_q_rho_proper():
     clean = torch.ones(N, dtype=torch.bool)
     clean[flip] = False
     assert float(p[flip].mean()) > 0.7 and float(p[clean].mean()) < 0.2
+
+
+def test_reset_latents_and_unconverged_runs_reach_the_fit_history():
+    # a hyper-parameter step that invalidates a latent's sites reset them to the prior; the fit history said nothing
+    from sgpc.train import TrainSettings, fit
+    g = torch.Generator().manual_seed(3)
+    N, C = 40, 3
+    X = torch.randn(N, 2, generator=g)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
+    flip = torch.randperm(N, generator=g)[:6]
+    y[flip] = (y[flip] + 1) % C
+    model = SparseGP(K.RBF(2, C, noise=0.01, lengthscale=1.0, variance=4.0), RobustMax(C), X.expand(C, N, 2).clone(),
+                     learn_inducing=False)
+    eng = R.RMGPC(max_sweeps=200, tol=1e-8)
+    st = eng.update(model, eng.init(model, X, y, None), X, y, N)
+    with torch.no_grad():
+        model.kernel.raw_lengthscale.fill_(-1.2)                       # a hyper-parameter step: much shorter ℓ
+    st, hist = fit(model, eng, st, X, y, TrainSettings(learning_rate=1e-3, max_iter=3),
+                   generator=torch.Generator().manual_seed(0))
+    assert st.reset > 0
+    assert hist.events and hist.events[-1]["reset"] == st.reset

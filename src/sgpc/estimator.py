@@ -28,7 +28,8 @@ from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import TrainSettings, fit as fit_loop, file_error_detail, refresh, _state_to_dict, _load_state
+from .train import (TrainSettings, fit as fit_loop, file_error_detail, record_engine_events, refresh,
+                    _state_to_dict, _load_state)
 from .ep import EP
 from .fitc_ep import GFITC
 from .rmgpc import RMGPC
@@ -633,6 +634,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                                         validate=validate, resume=resume, comm=comm)
         # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
         self.state_ = refresh(self.model_, engine, self.state_, Xt, yt, comm=comm)
+        record_engine_events(history, self.state_, len(history.iteration), reason="final refresh", final=True)
         self.posterior_ = engine.posterior(self.model_, self.state_)
         if self.method in ("rmgpc", "smgpc"):
             self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)

@@ -42,7 +42,8 @@ from torch import nn
 
 from .gaussian import NotPositiveDefiniteError
 
-__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "save_checkpoint", "load_checkpoint", "CheckpointError"]
+__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "record_engine_events", "save_checkpoint",
+           "load_checkpoint", "CheckpointError"]
 
 OPTIMIZERS = ("adam", "lbfgs", "adaptive")
 
@@ -319,6 +320,28 @@ def refresh(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, c
     return engine.apply(model, state, total)
 
 
+def _engine_counters(state) -> dict:
+    """The engine's cumulative guard counters: skipped and re-damped site updates, latents reset to the prior."""
+    out = {"skipped": int(getattr(state, "skipped", 0)), "redamped": int(getattr(state, "redamped", 0))}
+    if hasattr(state, "reset"):
+        out["reset"] = int(state.reset)
+    return out
+
+
+def record_engine_events(history: History, state, iteration: int, rejected: int = 0, reason: str | None = None,
+                         final: bool = False) -> None:
+    """Append an event to the history when a guard counter changed since the last event, so no skipped or
+    re-damped update and no reset latent goes unreported. ``final``: also when the engine's last EP run
+    (GFITC/RMGPC, which cap the sweeps per hyper-parameter step and warm-start the next) did not converge."""
+    now = _engine_counters(state)
+    last = history.events[-1] if history.events else {}
+    unconverged = final and hasattr(state, "converged") and not bool(state.converged)
+    if unconverged or any(last.get(k, 0) != v for k, v in now.items()):
+        extra = {"converged": False} if unconverged else {}
+        history.events.append({"iteration": iteration, **now, **extra, "rejected": rejected,
+                               **({"reason": reason} if reason else {})})
+
+
 class _Diverged(ArithmeticError):
     """The objective of a step was not finite."""
 
@@ -476,19 +499,14 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                                          "rates; lower learning_rate or use dtype='float64'") from exc
             _roll_back(opt, params, last_good)
             rejected += 1
-            history.events.append({"iteration": step + 1, "skipped": int(getattr(state, "skipped", 0)),
-                                   "redamped": int(getattr(state, "redamped", 0)), "rejected": rejected,
+            history.events.append({"iteration": step + 1, **_engine_counters(state), "rejected": rejected,
                                    "reason": str(exc).split(";")[0][:200]})
             continue
         last_good, in_a_row = before, 0
         if decay_per_step != 1.0:
             for group in opt.param_groups:
                 group["lr"] *= decay_per_step
-        if getattr(state, "skipped", 0) or getattr(state, "redamped", 0):
-            last = history.events[-1] if history.events else {"skipped": 0, "redamped": 0}
-            if (state.skipped, state.redamped) != (last["skipped"], last["redamped"]):
-                history.events.append({"iteration": step + 1, "skipped": int(state.skipped),
-                                       "redamped": int(state.redamped), "rejected": rejected})
+        record_engine_events(history, state, step + 1, rejected)
         history.iteration.append(step + 1)
         history.objective.append(objective)
         history.time.append(time.perf_counter() - t0)
