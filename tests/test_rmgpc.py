@@ -304,17 +304,24 @@ def test_prediction_is_robust_max_with_epsilon_rho():
     torch.testing.assert_close(P, (1 - rho) * P_argmax + rho / 3, rtol=1e-8, atol=1e-10)
 
 
-def test_a_vague_beta_prior_keeps_q_rho_proper():
-    # with a0 = b0 = 1e-3 the parallel rho-site update drove b below 0 (E[rho] = 1.0013) after one sweep; every
-    # later update then failed and E[rho] stayed at 0.63 with outlier probabilities near 1/2 for clean rows
+def _flipped_quadrants(N):
+    """N rows in 2-D, 3 classes by quadrant thresholds, 6 labels flipped; a full-GP model (Z = X fixed)."""
     g = torch.Generator().manual_seed(3)
-    N, C = 60, 3
+    C = 3
     X = torch.randn(N, 2, generator=g)
     y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
     flip = torch.randperm(N, generator=g)[:6]
     y[flip] = (y[flip] + 1) % C
     model = SparseGP(K.RBF(2, C, noise=0.01, lengthscale=1.0, variance=4.0), RobustMax(C), X.expand(C, N, 2).clone(),
                      learn_inducing=False)
+    return model, X, y, flip
+
+
+def test_a_vague_beta_prior_keeps_q_rho_proper():
+    # with a0 = b0 = 1e-3 the parallel rho-site update drove b below 0 (E[rho] = 1.0013) after one sweep; every
+    # later update then failed and E[rho] stayed at 0.63 with outlier probabilities near 1/2 for clean rows
+    model, X, y, flip = _flipped_quadrants(60)
+    N = len(X)
     eng = R.RMGPC(prior_a=1e-3, prior_b=1e-3)
     prior = F.fitc_prior(model, X)
     st = eng.init(model, X, y, None)
@@ -332,14 +339,8 @@ def test_a_vague_beta_prior_keeps_q_rho_proper():
 def test_reset_latents_and_unconverged_runs_reach_the_fit_history():
     # a hyper-parameter step that invalidates a latent's sites reset them to the prior; the fit history said nothing
     from sgpc.train import TrainSettings, fit
-    g = torch.Generator().manual_seed(3)
-    N, C = 40, 3
-    X = torch.randn(N, 2, generator=g)
-    y = (X[:, 0] > 0).long() + (X[:, 1] > 0.5).long()
-    flip = torch.randperm(N, generator=g)[:6]
-    y[flip] = (y[flip] + 1) % C
-    model = SparseGP(K.RBF(2, C, noise=0.01, lengthscale=1.0, variance=4.0), RobustMax(C), X.expand(C, N, 2).clone(),
-                     learn_inducing=False)
+    model, X, y, flip = _flipped_quadrants(40)
+    N = len(X)
     eng = R.RMGPC(max_sweeps=200, tol=1e-8)
     st = eng.update(model, eng.init(model, X, y, None), X, y, N)
     with torch.no_grad():
