@@ -326,6 +326,12 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
 # ----------------------------------------------------------------------------------------------
 # The EP / Power EP engine
 # ----------------------------------------------------------------------------------------------
+
+def annealed_damping(damping: float, decay: float, step: float, floor: float) -> float:
+    """ρ_t = max(damping · decay^t, floor) (App. E), where the floor never raises a damping the user chose
+    below it (EP/SEP with damping=0.01 took steps of 0.05)."""
+    return max(damping * decay ** step, min(floor, damping))
+
 @dataclass
 class EPState:
     """Explicit EP state: the tied product θ̃, per-factor site parameters c1, c2 [N,F,T], the
@@ -416,8 +422,7 @@ class EP:
                        skipped=state.skipped, redamped=state.redamped, y=y.detach().clone())
 
     def _damping(self, step: float) -> float:
-        # the annealing floor never raises a damping the user chose below it
-        return max(self.damping * self.decay ** step, min(self.min_damping, self.damping))
+        return annealed_damping(self.damping, self.decay, step, self.min_damping)
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: EPState, Lk: torch.Tensor | None = None) -> EPState:

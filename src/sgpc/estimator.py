@@ -28,8 +28,8 @@ from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import (TrainSettings, fit as fit_loop, file_error_detail, record_engine_events, refresh,
-                    _state_to_dict, _load_state)
+from .train import (TrainSettings, atomic_save, fit as fit_loop, file_error_detail, record_engine_events,
+                    refresh, _state_to_dict, _load_state)
 from .ep import EP
 from .fitc_ep import GFITC
 from .rmgpc import RMGPC
@@ -806,15 +806,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
         payload["checksum"] = _digest(payload)
-        if os.path.isdir(path):
-            raise IsADirectoryError(f"{path} is a directory; save needs a file path such as {os.path.join(path, 'model.pt')}")
-        tmp = os.fspath(path) + ".tmp"
-        try:
-            torch.save(payload, tmp)
-            os.replace(tmp, os.fspath(path))
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        atomic_save(path, payload)
 
     @classmethod
     def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None,

@@ -11,7 +11,11 @@
   ``prob_label_largest``: the same integral in linear space (Φ, product), for objectives that need
   P and not log P — several times cheaper.
 
-What this module does not do: adaptive quadrature or correlated Gaussians.
+* Composite Gauss–Legendre panels whose edges follow every scale in the integrand, where Gauss–Hermite
+  at one Gaussian's scale would miss a much narrower step: P(f_c largest) for (row, class) pairs with very
+  unequal class variances, and ``log_expect_exp_step`` for one-dimensional step likelihoods.
+
+What this module does not do: error-controlled adaptive quadrature or correlated Gaussians.
 """
 from __future__ import annotations
 
@@ -118,6 +122,22 @@ def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(n)
 
 
+def _panel_nodes(edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gauss–Legendre nodes t [H,T] and log-weights [H,T] of the panels between sorted ``edges`` [H,E]."""
+    tiny = torch.finfo(edges.dtype).tiny
+    H = edges.shape[0]
+    mid, half = 0.5 * (edges[:, 1:] + edges[:, :-1]), 0.5 * (edges[:, 1:] - edges[:, :-1])
+    x, w = (torch.as_tensor(v, dtype=edges.dtype, device=edges.device) for v in _legendre(_PANEL_NODES))
+    t = (mid[..., None] + half[..., None] * x).reshape(H, -1)
+    log_weight = (half.clamp_min(tiny).log()[..., None] + w.log()).reshape(H, -1)
+    return t, log_weight
+
+
+def _log_normal(t: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.Tensor:
+    """log N(t | mean, sd²), broadcasting."""
+    return -0.5 * ((t - mean) / sd) ** 2 - sd.log() - 0.5 * math.log(2.0 * math.pi)
+
+
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """log P(f_c largest) for rows mean/var [H,C] and classes c [H], by composite Gauss–Legendre in t.
 
@@ -129,13 +149,8 @@ def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor) 
     H, C = mean.shape
     s = var.clamp_min(tiny).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
-    edges = (mean[:, :, None] + s[:, :, None] * a).reshape(H, -1).sort(-1).values    # [H,E]
-    centre, half = 0.5 * (edges[:, 1:] + edges[:, :-1]), 0.5 * (edges[:, 1:] - edges[:, :-1])
-    x, w = (torch.as_tensor(v, dtype=mean.dtype, device=mean.device) for v in _legendre(_PANEL_NODES))
-    t = (centre[..., None] + half[..., None] * x).reshape(H, -1)                     # [H,T]
-    m_c, s_c = mean.gather(1, c[:, None]), s.gather(1, c[:, None])                   # [H,1]
-    log_weight = (half.clamp_min(tiny).log()[..., None] + w.log()).reshape(H, -1)    # [H,T]
-    log_density = -0.5 * ((t - m_c) / s_c) ** 2 - s_c.log() - 0.5 * math.log(2.0 * math.pi)
+    t, log_weight = _panel_nodes((mean[:, :, None] + s[:, :, None] * a).reshape(H, -1).sort(-1).values)  # [H,T]
+    log_density = _log_normal(t, mean.gather(1, c[:, None]), s.gather(1, c[:, None]))
     lphi = log_ndtr((t[..., None] - mean[:, None, :]) / s[:, None, :])              # [H,T,C]
     is_self = (c[:, None] == torch.arange(C, device=mean.device))[:, None, :]
     return torch.logsumexp(log_weight + log_density + lphi.masked_fill(is_self, 0.0).sum(-1), dim=-1)
@@ -154,7 +169,6 @@ def log_expect_exp_step(fn: Callable[[torch.Tensor], torch.Tensor], mean: torch.
     at the Gaussian's scale misses a step much narrower than √var (a logistic prediction at var = 400 was
     off by 2e-2). ``fn`` maps points [N,T] to [N,T]. The Gaussian's mass beyond ±8√var (1e-15) is left out.
     """
-    tiny = torch.finfo(mean.dtype).tiny
     N = mean.shape[0]
     # below ~1e-7 (relative to the mean) the panels would shrink under the mean's rounding; the expectation
     # is then fn at the mean to O(var) anyway
@@ -162,13 +176,8 @@ def log_expect_exp_step(fn: Callable[[torch.Tensor], torch.Tensor], mean: torch.
     a = torch.as_tensor(_STEP_EDGES, dtype=mean.dtype, device=mean.device)
     edges = torch.cat([mean[:, None] + s[:, None] * a, (centre + scale * a).expand(N, -1)], 1)
     edges = torch.maximum(torch.minimum(edges, (mean + 8.0 * s)[:, None]), (mean - 8.0 * s)[:, None])
-    edges = edges.sort(-1).values                                                    # [N,E] within ±8√var
-    mid, half = 0.5 * (edges[:, 1:] + edges[:, :-1]), 0.5 * (edges[:, 1:] - edges[:, :-1])
-    x, w = (torch.as_tensor(v, dtype=mean.dtype, device=mean.device) for v in _legendre(_PANEL_NODES))
-    t = (mid[..., None] + half[..., None] * x).reshape(N, -1)                        # [N,T]
-    log_weight = (half.clamp_min(tiny).log()[..., None] + w.log()).reshape(N, -1)
-    log_density = -0.5 * ((t - mean[:, None]) / s[:, None]) ** 2 - s.log()[:, None] - 0.5 * math.log(2.0 * math.pi)
-    return torch.logsumexp(log_weight + log_density + fn(t), dim=-1)
+    t, log_weight = _panel_nodes(edges.sort(-1).values)                              # [N,T], within ±8√var
+    return torch.logsumexp(log_weight + _log_normal(t, mean[:, None], s[:, None]) + fn(t), dim=-1)
 
 
 def _hard(var: torch.Tensor, cls: torch.Tensor, ratio: float) -> torch.Tensor:

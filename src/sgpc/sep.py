@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, _is_pd, _whitened_precision,
+from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd, _whitened_precision,
                  cavity_projection, directions, g_difference, g_whitened, log_Zq, make_factors, pd_damping,
                  per_latent, q_state, site_update)
 from .gaussian import cholesky, solve_lower
@@ -204,7 +204,7 @@ class SEP:
         P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
         dP = cav_Lk.mT @ dLam @ cav_Lk
         dP = 0.5 * (dP + dP.mT)
-        rho = torch.full_like(frac, max(self.damping * self.decay ** state.step, min(self.min_damping, self.damping)))
+        rho = torch.full_like(frac, annealed_damping(self.damping, self.decay, state.step, self.min_damping))
         # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied site)
         eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
         Pc0 = eye + keep * (P0 - eye)

@@ -120,7 +120,7 @@ class TrainSettings:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         for name in ("max_iter", "n_epochs", "batch_size", "checkpoint_every", "eval_every"):
             v = getattr(self, name)
-            if v is not None and not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            if (v is not None and not isinstance(v, (int, np.integer))) or isinstance(v, bool):
                 raise ValueError(f"{name} must be an integer, got {v!r}")
         if self.max_iter < 0 or (self.n_epochs is not None and self.n_epochs < 0):
             raise ValueError("max_iter and n_epochs must be non-negative")
@@ -215,12 +215,24 @@ def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None) -> dict:
     return {"structure": "|".join(parts), "data": data}
 
 
-def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Write ``payload`` atomically (temporary file + rename) so an interrupted write loses nothing."""
+def atomic_save(path: str | os.PathLike, payload: dict) -> None:
+    """Write ``payload`` with ``torch.save`` atomically (temporary file + rename), so an interrupted write
+    loses nothing and a failed one leaves no temporary file behind."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; a file path is needed, e.g. {os.path.join(path, 'model.pt')}")
     tmp = path + ".tmp"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
+    """Write a checkpoint ``payload`` atomically (``atomic_save``)."""
+    atomic_save(path, payload)
 
 
 def file_error_detail(exc: Exception) -> str:
