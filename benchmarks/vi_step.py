@@ -1,0 +1,74 @@
+"""Milliseconds per VI training step (minibatch, Adam) at a peer-benchmark shape, in this process.
+
+The step of ``peers_throughput.py`` without the peers or the wall-clock budget: k-means inducing inputs,
+ℓ = √D, Adam 0.01, random minibatches; 20 warm-up steps, then the median of --repeats timings of
+--steps steps each. Used to compare two versions of the library on one machine, one after the other with
+nothing else running: the script imports the sgpc of the tree it sits in (peers_throughput puts that
+tree's src/ first on sys.path), so for an older version copy it into a worktree of that commit:
+
+    git worktree add /tmp/old 359a0f8 && cp benchmarks/vi_step.py /tmp/old/benchmarks/
+    (cd /tmp/old/benchmarks && OMP_NUM_THREADS=1 python vi_step.py --shared --name vi_step_before)
+    (cd benchmarks && OMP_NUM_THREADS=1 python vi_step.py --shared --name vi_step_after)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from _common import write
+from peers_throughput import _data, _inducing
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", default="satimage")
+    ap.add_argument("--m", type=int, default=100)
+    ap.add_argument("--b", type=int, default=200)
+    ap.add_argument("--shared", action="store_true", help="one kernel and one Z for all classes (GPflow's model)")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--name", default="vi_step")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    import sgpc
+    from sgpc.estimator import GPClassifier
+    X, y, _, _, C = _data(args.set)
+    est = GPClassifier(method="vi", n_inducing=args.m, batch_size=args.b,
+                       shared_inducing=args.shared, shared_kernel=args.shared)
+    D = X.shape[1]
+    model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
+    engine = est._make_engine()
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    g = torch.Generator().manual_seed(0)
+    state = engine.init(model, Xt, yt, g)
+    opt = torch.optim.Adam(engine.trainable(model, state), lr=0.01)
+    N = len(X)
+
+    def step():
+        idx = torch.randint(0, N, (args.b,), generator=g)
+        opt.zero_grad()
+        engine.loss(model, state, Xt[idx], yt[idx], N).backward()
+        opt.step()
+
+    for _ in range(20):
+        step()
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        times.append(1e3 * (time.perf_counter() - t0) / args.steps)
+    out = {"config": vars(args), "sgpc_path": sgpc.__file__, "ms_per_step": times,
+           "ms_per_step_median": statistics.median(times)}
+    print(f"{args.set} M={args.m} B={args.b} shared={args.shared}: {out['ms_per_step_median']:.2f} ms/step "
+          f"({sgpc.__file__})")
+    write(args.name, out)
+
+
+if __name__ == "__main__":
+    main()
