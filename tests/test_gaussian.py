@@ -104,3 +104,45 @@ def test_jitter_escalates_only_for_the_failing_matrix_and_from_zero():
     # jitter=0 asks for the exact factor: one try, then the error callers use as their signal
     with pytest.raises(G.NotPositiveDefiniteError, match="without jitter"):
         G.cholesky(singular, jitter=0.0)
+
+
+@pytest.mark.parametrize("z", [-10.0, -100.0, -300.0, -1000.0])
+def test_match_moments_in_float32_models_far_in_the_step_tail(z):
+    # Φ(z) factor on a cavity N(z, ½) N(0, ½): in float32 the bracket r(r + z) cancels and the
+    # tilted variance came out negative at z = −100 and 4e4 times too large at z = −1000;
+    # match_moments runs in float64, so a float32 caller gets the float64 answer.
+    def log_Z(m, v):
+        return torch.special.log_ndtr((m[..., 0] - m[..., 1]) / torch.sqrt(v[..., 0] + v[..., 1]))
+    ref = {}
+    for dtype in (torch.float32, torch.float64):
+        m = torch.tensor([[z, 0.0]], dtype=dtype)
+        v = torch.tensor([[0.5, 0.5]], dtype=dtype)
+        ref[dtype] = G.match_moments(log_Z, m, v)
+    for a, b in zip(ref[torch.float32], ref[torch.float64]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+    # closed form: v̂_y = v − v² r(r + z)/s² with r = N(z)/Φ(z) (scipy, float64) and s² = 1
+    r = math.exp(norm.logpdf(z) - norm.logcdf(z))
+    var_f = ref[torch.float32][2][0, 0].item()
+    assert abs(var_f - (0.5 - 0.25 * r * (r + z))) < 1e-5     # float64 log_ndtr: 6e-6 at z = −1000
+
+
+def test_ep_site_update_float32_matches_float64_in_the_tail():
+    # the pairwise step sites of scalable-ep eqs. 47–55 for two points far on the wrong side
+    # (z = −100/√0.7 and −60/√0.7): float32 models get the float64 sites
+    from sgpc.ep import pairwise_factors, site_update
+    y = torch.tensor([0, 1])
+    res = {}
+    for dtype in (torch.float32, torch.float64):
+        factors = pairwise_factors(y, 2)
+        mean_cav = torch.tensor([[[0.0, 0.0], [-60.0, 40.0]], [[30.0, -30.0], [0.0, 0.0]]], dtype=dtype)
+        var_cav = torch.full((2, 2, 2), 0.3, dtype=dtype)
+        s = torch.full((2, 2, 2), 0.05, dtype=dtype)
+        res[dtype] = site_update(factors, mean_cav, var_cav, s, 1.0)
+    c1_32, c2_32, lz_32, ok_32 = res[torch.float32]
+    c1_64, c2_64, lz_64, ok_64 = res[torch.float64]
+    real = factors.mask
+    assert ok_32[real].all() and ok_64[real].all()
+    assert c1_32.dtype == torch.float32 and lz_32.dtype == torch.float32
+    torch.testing.assert_close(c1_32.double()[real], c1_64[real], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(c2_32.double()[real], c2_64[real], rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(lz_32.double()[real], lz_64[real], rtol=1e-6, atol=0)

@@ -18,7 +18,7 @@ Shared algebra (used by ``ep`` here and by the tied-factor engines in ``sep.py``
   When v = v_o these are the 1-D formulas var\\ = 1/(1/s − c1), mean\\ = var\\ (m/s − c2).
 * Moment matching from ∂log Z/∂mean, ∂log Z/∂var of the cavity marginal of f_i (cavity projection
   plus the conditional variance s_i of eq. 5, latent noise included), through the one shared
-  function ``gaussian.moment_match``; the new site is (1/α)(θ̂ − θ\\) along v (eqs. 47–55, and
+  function ``gaussian.match_moments``; the new site is (1/α)(θ̂ − θ\\) along v (eqs. 47–55, and
   alpha App. A.17–A.21 for Power EP).
 * log Z_q (eqs. 57–61) / the Power-EP energy (alpha A.23–A.27):
       log Z_q = g(θ) − g(θ_prior) + (1/α) Σ_factors [log Z_f + g(θ^{\\f}) − g(θ)],
@@ -39,7 +39,7 @@ from typing import Callable
 import torch
 from torch.special import log_ndtr
 
-from .gaussian import cholesky, moment_match, solve_lower, tilted_moments
+from .gaussian import cholesky, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",
@@ -254,13 +254,16 @@ def site_update(factors: Factors, mean_cav: torch.Tensor, var_cav: torch.Tensor,
     Returns:
         c1_new, c2_new [B,F,T], log Z [B,F], ok [B,F] (finite, positive tilted variance).
     """
-    log_Z, dm, dv = moment_match(factors.log_Z, mean_cav, var_cav + s)
-    # ∂/∂var of the projection equals ∂/∂var of f (var_f = var_proj + s)
-    mu_hat, var_hat = tilted_moments(mean_cav, var_cav, dm, dv)
-    c1 = (1.0 / var_hat - 1.0 / var_cav) / alpha
-    c2 = (mu_hat / var_hat - mean_cav / var_cav) / alpha
+    # ∂/∂var of the projection equals ∂/∂var of f (var_f = var_proj + s); all in float64 whatever
+    # the model's dtype (gaussian.match_moments: float32 cancels in the tails)
+    dtype = mean_cav.dtype
+    log_Z, mu_hat, var_hat = match_moments(lambda m, v: factors.log_Z(m, v + s), mean_cav, var_cav)
+    mean_cav, var_cav = mean_cav.to(mu_hat.dtype), var_cav.to(mu_hat.dtype)
+    c1 = ((1.0 / var_hat - 1.0 / var_cav) / alpha).to(dtype)
+    c2 = ((mu_hat / var_hat - mean_cav / var_cav) / alpha).to(dtype)
+    # (finiteness checked after the cast: a site finite in float64 may overflow float32)
     ok = (var_hat > 0).all(-1) & torch.isfinite(c1).all(-1) & torch.isfinite(c2).all(-1) & torch.isfinite(log_Z)
-    return c1, c2, log_Z, ok & factors.mask
+    return c1, c2, log_Z.to(dtype), ok & factors.mask
 
 
 def g_difference(Lk: torch.Tensor, sites: TiedSites) -> torch.Tensor:

@@ -18,7 +18,7 @@ Layout (``PairSites``): four [N,C] tensors; entry [i,k] belongs to ψ_ik ("y sid
 
 The factor is pluggable: ``log_factor(m_y, v_y, m_k, v_k) -> log Z [N,C]`` is the log normaliser of
 the factor under the cavity N(m_y, v_y) N(m_k, v_k); moments follow from its derivatives through
-the shared rule ``gaussian.moment_match`` / ``gaussian.tilted_moments`` (Seeger 2006). The default
+the shared rule ``gaussian.match_moments`` (Seeger 2006; run in float64 for any model dtype). The default
 is the step factor, log Z = log Φ((m_y − m_k)/√(v_y + v_k)). RMGPC swaps in its mixed factor.
 
 EP: parallel updates (every factor from the same posterior, then every site replaced), damped
@@ -43,7 +43,7 @@ import torch
 from torch import nn
 from torch.special import log_ndtr
 
-from .gaussian import NotPositiveDefiniteError, moment_match, solve_lower, tilted_moments
+from .gaussian import NotPositiveDefiniteError, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["PairSites", "FITCPrior", "fitc_prior", "zero_sites", "factor_mask", "site_totals",
@@ -193,15 +193,15 @@ def step_log_Z(m_y: torch.Tensor, v_y: torch.Tensor, m_k: torch.Tensor, v_k: tor
 def tilted_pair_moments(log_factor: LogFactor, m_y, v_y, m_k, v_k):
     """log Z and the tilted marginal moments of both latents of every factor, all [N,C].
 
-    From ∂log Z/∂(mean, var) of the cavity (``gaussian.moment_match``, autograd) and
-    ``gaussian.tilted_moments``: exact marginal moments because the cavity factorises over the two
+    From ∂log Z/∂(mean, var) of the cavity (``gaussian.match_moments``: autograd, in float64,
+    results cast back to the cavity's dtype): exact marginal moments because the cavity factorises over the two
     latents. Returns (log Z, m̂_y, v̂_y, m̂_k, v̂_k).
     """
     mean = torch.stack([m_y, m_k], -1)
     var = torch.stack([v_y, v_k], -1)
-    log_Z, dm, dv = moment_match(lambda m, v: log_factor(m[..., 0], v[..., 0], m[..., 1], v[..., 1]),
-                                 mean, var)
-    new_mean, new_var = tilted_moments(mean, var, dm, dv)
+    log_Z, new_mean, new_var = match_moments(
+        lambda m, v: log_factor(m[..., 0], v[..., 0], m[..., 1], v[..., 1]), mean, var)
+    log_Z, new_mean, new_var = log_Z.to(m_y.dtype), new_mean.to(m_y.dtype), new_var.to(m_y.dtype)
     return log_Z, new_mean[..., 0], new_var[..., 0], new_mean[..., 1], new_var[..., 1]
 
 

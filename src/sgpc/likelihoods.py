@@ -7,7 +7,7 @@ Gauss–Hermite quadrature (small L) or seeded Monte Carlo (large L):
 * ``log_tilted(y, mean, var, alpha)`` = log E_q[p(y | f)^α]          (EP, Power EP, prediction)
 * ``predict_log_proba(mean, var)``    = log E_q[p(y = c | f)] for every c
 * ``tilted_moments(y, mean, var, alpha)``: moments of Z⁻¹ p(y|f)^α q(f), from the derivatives of
-  ``log_tilted`` (the one EP moment-matching rule, ``gaussian.moment_match``).
+  ``log_tilted`` (the one EP moment-matching rule, ``gaussian.match_moments``).
 
 Subclasses override the first three only for speed or exactness, and each override is tested
 against the generic default. Marginals ``mean``/``var`` are [N,L]; labels ``y`` are int64 [N].
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from . import quadrature
-from .gaussian import moment_match, tilted_moments
+from .gaussian import match_moments
 
 __all__ = ["Likelihood", "RobustMax"]
 
@@ -85,9 +85,8 @@ class Likelihood(nn.Module):
     def tilted_moments(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, alpha: float = 1.0
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log Z [N], tilted mean [N,L], tilted var [N,L]) of Z⁻¹ p(y|f)^α N(f | mean, var)."""
-        log_Z, dm, dv = moment_match(lambda m, v: self.log_tilted(y, m, v, alpha), mean, var)
-        new_mean, new_var = tilted_moments(mean, var, dm, dv)
-        return log_Z, new_mean, new_var
+        log_Z, new_mean, new_var = match_moments(lambda m, v: self.log_tilted(y, m, v, alpha), mean, var)
+        return log_Z.to(mean.dtype), new_mean.to(mean.dtype), new_var.to(mean.dtype)
 
 
 class RobustMax(Likelihood):

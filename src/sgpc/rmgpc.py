@@ -22,7 +22,7 @@ either the full GP — realised as the FITC prior with inducing inputs Z = X hel
 full GP exactly (Q_ff = K_ff, so D is the latent-noise diagonal; up to the relative 1e-8 jitter on
 K_uu) — or FITC with M < N inducing inputs for larger N. The likelihood factor's log normaliser under
 its cavity is plugged into ``fitc_ep.ep_sweep``; its moments come from the shared rule
-``gaussian.moment_match``. SMGPC is the same code with the indicators switched off (``outliers=False``):
+``gaussian.match_moments``. SMGPC is the same code with the indicators switched off (``outliers=False``):
 the plain step factor with Gaussian latent noise (the kernel's σ_n²), i.e. GFITC with Z = X.
 
 Predictions: P(y* | x*) = (1 − E[ρ]) P(f_{y*} largest) + E[ρ]/C, which is ``likelihoods.RobustMax`` with
