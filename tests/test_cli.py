@@ -254,3 +254,41 @@ def test_evaluate_compares_text_labels_as_text(tmp_path, capsys):
     assert cli.main(["fit", str(tmp_path / "train.csv"), "-o", str(model), *TINY]) == 0
     assert cli.main(["evaluate", str(model), str(tmp_path / "sub.csv")]) == 0
     assert "n 100" in capsys.readouterr().out
+
+
+def _write_coloured_iris(path, rows):
+    """iris with a categorical column 'colour' (red/green/blue, one per species) before the label."""
+    X, y = load_iris(return_X_y=True)
+    colour = np.array(["red", "green", "blue"])[y]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["a", "b", "colour", "species"])
+        w.writerows([[xi[0], xi[1], ci, NAMES[yi]] for xi, ci, yi in zip(X[rows], colour[rows], y[rows])])
+    return path
+
+
+def test_categorical_columns_keep_the_training_codes(tmp_path, capsys):
+    # levels sorted: blue = 0, green = 1, red = 2. A file without blue rows coded from itself alone
+    # would make green 0 and red 1: every row's colour feature shifted, silently.
+    X, y = load_iris(return_X_y=True)
+    train = _write_coloured_iris(tmp_path / "train.csv", slice(None))
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
+    assert json.loads((tmp_path / "m.pt.json").read_text())["levels"] == {"colour": ["blue", "green", "red"]}
+    sub = _write_coloured_iris(tmp_path / "sub.csv", y < 2)            # setosa and versicolor: no blue
+    full_p, sub_p = tmp_path / "full.csv", tmp_path / "sub_p.csv"
+    assert cli.main(["predict", str(model), str(train), "--target", "species", "-o", str(full_p)]) == 0
+    assert cli.main(["predict", str(model), str(sub), "--target", "species", "-o", str(sub_p)]) == 0
+    np.testing.assert_allclose(_read_csv(sub_p)[1], _read_csv(full_p)[1][y < 2], rtol=1e-12)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(model), str(sub), "-o", str(tmp_path / "e.json")]) == 0
+    sub_eval = json.loads((tmp_path / "e.json").read_text())
+    proba = _read_csv(sub_p)[1]
+    assert sub_eval["nll"] == pytest.approx(-np.mean(np.log(proba[np.arange(100), y[y < 2]])), rel=1e-9)
+    # a level the training file did not have is an error naming the column, value and row
+    text = (tmp_path / "sub.csv").read_text().replace("green", "purple", 1)
+    (tmp_path / "bad.csv").write_text(text)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(model), str(tmp_path / "bad.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "'colour'" in err and "'purple'" in err and "did not have" in err and "Traceback" not in err

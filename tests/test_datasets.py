@@ -461,3 +461,29 @@ def test_read_features_drops_the_target_and_refuses_text(tmp_path):
     assert names == ("a", "b")
     with pytest.raises(ValueError, match="not numeric"):
         datasets.read_features(p)
+
+
+@pytest.mark.parametrize("categorical", ["ordinal", "onehot"])
+def test_new_data_is_coded_with_the_training_levels(tmp_path, categorical):
+    rows = [("1.0", "red", "a"), ("2.0", "green", "b"), ("3.0", "blue", "a"), ("4.0", "green", "b")]
+    train, new = tmp_path / "train.csv", tmp_path / "new.csv"
+    train.write_text("x,colour,y\n" + "".join(",".join(r) + "\n" for r in rows))
+    new.write_text("x,colour,y\n" + "".join(",".join(r) + "\n" for r in rows[::2]))    # red, blue only
+    ds = datasets.load_file(train, categorical=categorical)
+    assert ds.levels == {"colour": ("blue", "green", "red")}
+    alone = datasets.load_file(new, categorical=categorical)
+    coded = datasets.load_file(new, categorical=categorical, levels=ds.levels)
+    assert coded.feature_names == ds.feature_names
+    np.testing.assert_array_equal(coded.X, ds.X[::2])
+    assert alone.X.tolist() != ds.X[::2].tolist()          # what coding from the file alone would give
+    X, names = datasets.read_features(new, target="y", levels=ds.levels, categorical=categorical)
+    np.testing.assert_array_equal(X, ds.X[::2])
+    assert names == ds.feature_names
+    with pytest.raises(ValueError, match="not numeric"):
+        datasets.read_features(new, target="y")               # no levels: refused, as before
+    new.write_text("x,colour,y\n5.0,purple,a\n")
+    with pytest.raises(ValueError, match=r"'colour' has the value 'purple' at row 1 .*did not have"):
+        datasets.load_file(new, levels=ds.levels)
+    new.write_text("x,colour,y\nfive,red,a\n")
+    with pytest.raises(ValueError, match="'x' is not numeric .*'five'.* not a categorical column"):
+        datasets.load_file(new, levels=ds.levels)

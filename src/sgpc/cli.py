@@ -22,10 +22,10 @@ print one line to stderr and exit with status 2; ``--debug`` shows the traceback
 
 What it deliberately does not do: choose hyper-parameters, tune, or write results anywhere it was
 not told to (the demo writes its figure to ``--out``, default ``out/`` in the current directory).
-Categorical columns of a file get ordinal codes computed from that file alone (``datasets.load_file``),
-so ``predict`` refuses non-numeric feature columns rather than risk codes that differ from the
-training file's; ``evaluate`` on a labelled file accepts them (right when it is the training file, or
-has every level of every such column).
+Categorical columns of a training file get ordinal codes (``datasets.load_file``); their levels go
+into the sidecar, and ``predict`` and ``evaluate`` code a file's columns with those levels, so a
+file holding only some of them gets the training codes, and a level the training file did not have
+is an error naming the column and row.
 """
 from __future__ import annotations
 
@@ -211,14 +211,22 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
     return est, side
 
 
-def _read_features(path: str, target, n_features: int | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+def _read_features(path: str, target, n_features: int | None = None, levels: dict | None = None
+                   ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Feature matrix [N,D] of a file and its column names; the ``target`` column (when given) is dropped.
-    ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index."""
+    ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index;
+    ``levels``: the training file's categorical levels (the sidecar's)."""
     _require_file(path, "file")
     try:
-        return datasets.read_features(path, target=target, n_features=n_features)
+        return datasets.read_features(path, target=target, n_features=n_features, levels=levels)
     except ValueError as exc:
         raise CLIError(f"{exc} (or pass --target COL)") from None
+
+
+def _levels(side: dict) -> dict | None:
+    """The training file's categorical levels from a sidecar; None for a model fitted on a named set
+    (its features are numeric) or a sidecar written before levels were recorded."""
+    return side.get("levels") if side.get("source") == "file" else None
 
 
 def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) -> np.ndarray:
@@ -346,7 +354,7 @@ def _cmd_fit(args) -> int:
     sidecar = _write_sidecar(args.output, {
         "data": args.data if source == "file" else ds.name, "source": source, "seed": args.seed,
         "target": args.target, "data_dir": args.data_dir, "feature_names": list(ds.feature_names),
-        "mean": mean.tolist(), "std": std.tolist()})
+        "levels": {k: list(v) for k, v in ds.levels.items()}, "mean": mean.tolist(), "std": std.tolist()})
     objective = est.history_["objective"][-1] if est.history_["objective"] else float("nan")
     print(f"fitted {est.method} on {what}: N={X.shape[0]} D={X.shape[1]} C={len(est.classes_)} "
           f"M={min(est.n_inducing, X.shape[0])}, {est.n_iter_} iterations in {seconds:.1f} s, "
@@ -358,7 +366,7 @@ def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
         _check_writable(args.output, args.model, _sidecar_path(args.model), args.file)
-    X, names = _read_features(args.file, args.target, len(side["mean"]))
+    X, names = _read_features(args.file, args.target, len(side["mean"]), _levels(side))
     X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
     proba = est.predict_proba(X)
     _write_csv(args.output, est.classes_.tolist(), proba)
@@ -383,7 +391,8 @@ def _cmd_evaluate(args) -> int:
     else:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
-        ds = datasets.load_file(args.data, target=-1 if target is None else target, n_features=len(side["mean"]))
+        ds = datasets.load_file(args.data, target=-1 if target is None else target,
+                                n_features=len(side["mean"]), levels=_levels(side))
         X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")

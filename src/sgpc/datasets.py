@@ -29,8 +29,8 @@ import gzip
 import itertools
 import os
 import pathlib
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -74,6 +74,8 @@ class Dataset:
         description: where the data come from and what was derived.
         user_file: loaded by `load_file` from a user's file: `train_test` then uses the default 10% test
             split, not a paper's protocol that happens to share the file's name.
+        levels: for a file, the levels of each categorical column, {column: (level, ...)} in code
+            order; pass them to `load_file`/`read_features` of new data so that its codes are these.
     """
 
     name: str
@@ -84,6 +86,7 @@ class Dataset:
     y_test: np.ndarray | None = None
     description: str = ""
     user_file: bool = False
+    levels: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_xy(self.name, "X/y", self.X, self.y, len(self.feature_names))
@@ -348,6 +351,7 @@ def load_file(
     categorical: str = "ordinal",
     missing: str = "error",
     n_features: int | None = None,
+    levels: Mapping[str, Sequence[str]] | None = None,
 ) -> Dataset:
     """Load a user's data file: CSV (header row; optionally .gz), Parquet or LIBSVM.
 
@@ -367,6 +371,10 @@ def load_file(
         n_features: LIBSVM only: the number of features (a file read for a fitted model whose rows never
             use the highest index would otherwise come out narrower); None: the highest index present.
             Other formats ignore it (their width is their columns).
+        levels: the ``levels`` of the data set a model was fitted on: the columns named there are
+            encoded with those levels (not with this file's own, which may lack some and shift every
+            code); a value outside them, or a text value in a column that was numeric, is a
+            ValueError naming the column and row. None: codes from this file alone.
 
     Returns:
         A `Dataset` named after the file's stem, without a test split.
@@ -389,18 +397,20 @@ def load_file(
     return replace(_table_to_dataset(
         stem, header, columns, _target_index(header, target), categorical,
         missing_as_category=(missing == "category"), locate=lambda i: f"row {i + 1} of {path}",
-        description=f"loaded from {path}",
+        description=f"loaded from {path}", levels=levels,
     ), user_file=True)
 
 
 def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None,
-                  n_features: int | None = None) -> tuple[np.ndarray, tuple[str, ...]]:
+                  n_features: int | None = None, levels: Mapping[str, Sequence[str]] | None = None,
+                  categorical: str = "ordinal") -> tuple[np.ndarray, tuple[str, ...]]:
     """Numeric feature matrix [N,D] and column names of a file that may have no label column.
 
     For new data at prediction time: CSV/CSV.gz, Parquet or LIBSVM (whose label is always first and
     is dropped). ``target`` names a column to drop when the file has one. A non-numeric column is
-    refused: its codes would be this file's own, not those of the training data. ``n_features``: as
-    for `load_file` (LIBSVM only).
+    encoded only with the training data's ``levels`` (as in `load_file`, with ``categorical`` as
+    there); without them it is refused: its codes would be this file's own. ``n_features``: as for
+    `load_file` (LIBSVM only).
     """
     path = pathlib.Path(path)
     if not path.exists():
@@ -413,13 +423,15 @@ def read_features(path: str | os.PathLike, *, target: str | int | None = None, f
     if target is not None:
         drop = _target_index(names, target)
         names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
-    parsed = [_parse_feature(n, c, False, lambda i: f"row {i + 1} of {path}") for n, c in zip(names, columns)]
+    _check_choice("categorical", categorical, CATEGORICAL_MODES)
+    locate = lambda i: f"row {i + 1} of {path}"                                    # noqa: E731
+    parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
     text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
-    if text:
+    if text and levels is None:
         raise ValueError(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
-                         "(if one of them is the label, pass target=<column>)")
-    X = np.column_stack(parsed) if parsed else np.empty((0, 0))
-    return X, tuple(names)
+                         "(if one of them is the label, pass target=<column>; for categorical columns "
+                         "pass the training data's levels)")
+    return _encode(names, parsed, categorical, len(columns[0]) if columns else 0)
 
 
 def train_test(
@@ -566,9 +578,16 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
 
 
 def _parse_feature(
-    name: str, values: np.ndarray, missing_as_category: bool, locate: Callable[[int], str]
+    name: str, values: np.ndarray, missing_as_category: bool, locate: Callable[[int], str],
+    levels: Mapping[str, Sequence[str]] | None = None,
 ) -> np.ndarray | _Categorical:
-    """A column as float64 [N] when every value is a number, else as a _Categorical."""
+    """A column as float64 [N] when every value is a number, else as a _Categorical.
+
+    ``levels``: the training data's categorical columns; a column named there is coded by its
+    training levels whatever this file holds, and one not named there must be numeric.
+    """
+    if levels is not None and name in levels:
+        return _known_levels(name, values, levels[name], locate)
     missing = np.zeros(len(values), dtype=bool)
     if values.dtype.kind in "iufb":  # already typed (Parquet)
         numbers = values.astype(np.float64)
@@ -587,14 +606,45 @@ def _parse_feature(
                 f"{str(values[i])!r} at {locate(i)}; sgpc does not impute: fix or drop those rows"
             )
         return numbers
+    if levels is not None:
+        i = int(np.argmax(~np.isin(values, MISSING_TOKENS) & ~_parses_as_number(values)))
+        raise ValueError(f"column {name!r} is not numeric (the value {str(values[i])!r} at {locate(i)}) "
+                         "and was not a categorical column of the training data")
     if missing.any() and not missing_as_category:
         i = int(np.argmax(missing))
         raise ValueError(
             f"column {name!r} has the missing value {str(values[i])!r} at {locate(i)}; "
             "pass missing='category' to make it a category of its own"
         )
-    levels, codes = np.unique(values, return_inverse=True)
-    return _Categorical(codes.reshape(-1), levels)
+    found, codes = np.unique(values, return_inverse=True)
+    return _Categorical(codes.reshape(-1), found)
+
+
+def _parses_as_number(values: np.ndarray) -> np.ndarray:
+    """[N] bool: which string values parse as a float."""
+    def number(v):
+        try:
+            float(v)
+            return True
+        except ValueError:
+            return False
+    return np.fromiter((number(v) for v in values), dtype=bool, count=len(values))
+
+
+def _known_levels(name: str, values: np.ndarray, levels: Sequence[str],
+                  locate: Callable[[int], str]) -> _Categorical:
+    """A categorical column coded by the training data's levels (in their order)."""
+    levels = np.asarray([str(v) for v in levels])
+    values = np.asarray(values).astype(str)
+    order = np.argsort(levels, kind="stable")
+    pos = np.searchsorted(levels[order], values).clip(0, max(len(levels) - 1, 0))
+    known = levels[order][pos] == values if len(levels) else np.zeros(len(values), dtype=bool)
+    if not known.all():
+        i = int(np.argmax(~known))
+        shown = ", ".join(repr(str(v)) for v in levels[:8]) + (", ..." if len(levels) > 8 else "")
+        raise ValueError(f"column {name!r} has the value {str(values[i])!r} at {locate(i)}, which the training "
+                         f"data did not have (its levels: {shown})")
+    return _Categorical(order[pos], levels)
 
 
 def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str]) -> np.ndarray:
@@ -640,20 +690,23 @@ def _encode(
 
 def _table_to_dataset(
     name, header, columns, target, categorical, *, missing_as_category, locate, description,
-    n_train=None, label_suffix="",
+    n_train=None, label_suffix="", levels=None,
 ) -> Dataset:
-    """Dataset from string columns; rows from n_train on (when given) become X_test/y_test."""
+    """Dataset from string columns; rows from n_train on (when given) become X_test/y_test.
+    ``levels``: as for `load_file`."""
     labels = columns[target]
     if label_suffix:
         labels = np.char.rstrip(labels, label_suffix)  # rstrip takes a set of characters
     y = _parse_labels(header[target], labels, locate)
     feature_idx = [j for j in range(len(header)) if j != target]
-    parsed = [_parse_feature(header[j], columns[j], missing_as_category, locate) for j in feature_idx]
+    parsed = [_parse_feature(header[j], columns[j], missing_as_category, locate, levels) for j in feature_idx]
     X, feature_names = _encode([header[j] for j in feature_idx], parsed, categorical, len(y))
+    found = {header[j]: tuple(str(v) for v in c.levels)
+             for j, c in zip(feature_idx, parsed) if isinstance(c, _Categorical)}
     if n_train is None or n_train == len(y):
-        return Dataset(name, X, y, feature_names, description=description)
+        return Dataset(name, X, y, feature_names, description=description, levels=found)
     return Dataset(
-        name, X[:n_train], y[:n_train], feature_names, X[n_train:], y[n_train:], description
+        name, X[:n_train], y[:n_train], feature_names, X[n_train:], y[n_train:], description, levels=found
     )
 
 
