@@ -146,3 +146,19 @@ def test_ep_site_update_float32_matches_float64_in_the_tail():
     torch.testing.assert_close(c1_32.double()[real], c1_64[real], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(c2_32.double()[real], c2_64[real], rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(lz_32.double()[real], lz_64[real], rtol=1e-6, atol=0)
+
+
+def test_cholesky_inside_torch_compile_is_one_graph_and_marks_failures_nan():
+    # under torch.compile the jitter escalation (a host sync per factorisation) is replaced by one try
+    # with the base jitter; a matrix that fails comes back NaN instead of splitting the graph
+    good = spd(4, seed=3, batch=(2,))
+    bad = good.clone()
+    bad[1] = -bad[1]                                                   # negative definite
+    eager = G.cholesky(good)
+    ex = torch._dynamo.explain(lambda A: G.cholesky(A))(good)
+    assert ex.graph_break_count == 0
+    fn = torch.compile(lambda A: G.cholesky(A), dynamic=False)
+    torch.testing.assert_close(fn(good), eager)
+    out = fn(bad)
+    torch.testing.assert_close(out[0], eager[0])
+    assert torch.isnan(out[1]).all()

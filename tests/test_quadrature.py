@@ -149,3 +149,13 @@ def test_gradients_through_the_panel_rule_match_finite_differences():
     assert torch.autograd.gradcheck(lambda a, b: Q.log_prob_label_largest(y, a, b), (m, v), eps=1e-6, atol=1e-7)
     assert torch.autograd.gradcheck(lambda a, b: Q.prob_label_largest(y, a, b), (m, v), eps=1e-6, atol=1e-7)
     assert torch.autograd.gradcheck(lambda a, b: Q.log_prob_largest(a, b), (m, v), eps=1e-6, atol=1e-7)
+
+
+def test_quadrature_nodes_are_constants_to_torch_compile():
+    # the Gauss-Hermite and Gauss-Legendre nodes come from numpy, which would split a compiled graph at
+    # every call; they are marked constant (the one data-dependent branch left in the objectives is the
+    # panel fix-up of hard pairs)
+    m = torch.tensor([0.3, -0.2], dtype=torch.float64)
+    for fn in (lambda m: Q.gauss_hermite(20, m.dtype)[0].sum() + m.sum(),
+               lambda m: Q._panel_nodes(m[None, :])[0].sum() + m.sum()):
+        assert torch._dynamo.explain(fn)(m).graph_break_count == 0

@@ -66,6 +66,12 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 6
         if bool((info > 0).any()):
             raise NotPositiveDefiniteError(f"{what} is not positive definite (factorised without jitter)")
         return L
+    if torch.compiler.is_compiling():
+        # inside torch.compile the escalation's host sync would split the graph at every factorisation;
+        # one try with the base jitter, and a failed factor is NaN, which the fit loop's check of the
+        # objective reports (the eager path, the default, escalates as below)
+        L, info = torch.linalg.cholesky_ex(A + (j0 * scale) * eye)
+        return torch.where((info > 0)[..., None, None], torch.nan, L)
     j = torch.full(scale.shape, j0, dtype=A.dtype, device=A.device)
     first_bad = None
     for attempt in range(max_tries):

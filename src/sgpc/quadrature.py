@@ -32,6 +32,7 @@ __all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "
 
 
 @functools.lru_cache(maxsize=64)
+@torch.compiler.assume_constant_result      # numpy is opaque to torch.compile; the nodes are constants
 def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
     x, w = np.polynomial.hermite.hermgauss(n)
     return x * math.sqrt(2.0), w / math.sqrt(math.pi)
@@ -118,6 +119,7 @@ _PANEL_NODES = 6
 
 
 @functools.lru_cache(maxsize=8)
+@torch.compiler.assume_constant_result
 def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(n)
 
