@@ -24,6 +24,31 @@ from _common import write
 from peers_throughput import _data, _inducing
 
 
+def count_ops(loss, opt, X, y, b: int, g: torch.Generator) -> dict:
+    """Operators reaching the dispatcher (after autograd, before the kernels) in one step, by phase."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    idx = torch.randint(0, len(X), (b,), generator=g)
+    opt.zero_grad()
+    counts = {}
+    for phase, run in (("forward", lambda: loss(X[idx], y[idx])), ("backward", lambda: value.backward()),
+                       ("adam", opt.step)):
+        Count.n = 0
+        with Count():
+            result = run()
+        if phase == "forward":
+            value = result
+        counts[phase] = Count.n
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="satimage")
@@ -33,6 +58,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="torch.compile the loss (its compilation is timed apart)")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="also count the operators dispatched by one step's forward pass, backward pass and Adam")
     ap.add_argument("--name", default="vi_step")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -72,6 +99,9 @@ def main() -> None:
         times.append(1e3 * (time.perf_counter() - t0) / args.steps)
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
            "ms_per_step_median": statistics.median(times)}
+    if args.count_ops:
+        out["ops_per_step"] = count_ops(loss, opt, Xt, yt, args.b, g)
+        print("operators dispatched per step:", out["ops_per_step"])
     print(f"{args.set} M={args.m} B={args.b} shared={args.shared}: {out['ms_per_step_median']:.2f} ms/step "
           f"({sgpc.__file__})")
     write(args.name, out)
