@@ -6,14 +6,18 @@ every --eval-every iterations (evaluation time excluded from the clock). The pap
 repetitions; --splits sets ours. α → 0 is run as α = 1e-3.
 
     python benchmarks/alpha_satimage_time.py [--ms 20] [--iters 150] [--splits 1]
+    python benchmarks/alpha_satimage_time.py --first-split 1 --out alpha_satimage_time_s1     # another split
+    python benchmarks/alpha_satimage_time.py --merge ../results/alpha_satimage_time.json \
+        ../results/alpha_satimage_time_s1.json --out alpha_satimage_time_merged              # pooled figure
 
-Writes results/alpha_satimage_time.json and results/alpha_satimage_time.png (rows: M, columns: method).
+Writes results/<--out>.json and .png (rows: M, columns: method; curves averaged over splits).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import pathlib
 
 import numpy as np
 import torch
@@ -33,17 +37,26 @@ def main():
     ap.add_argument("--iters", type=int, default=250)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--replot", action="store_true", help="redraw the figure from results/alpha_satimage_time.json")
+    ap.add_argument("--first-split", type=int, default=0, help="seed of the first split (to add splits)")
+    ap.add_argument("--out", default="alpha_satimage_time")
+    ap.add_argument("--replot", action="store_true", help="redraw the figure from results/<--out>.json")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                    help="pool the curves of these result files (runs of several invocations) into --out, "
+                         "print the mean final NLL per cell and redraw the figure")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     curves = []
-    if args.replot:
-        old = json.loads((RESULTS / "alpha_satimage_time.json").read_text())
-        curves, args.splits = old["curves"], 0
+    if args.replot or args.merge:
+        files = args.merge or [str(RESULTS / f"{args.out}.json")]
+        olds = [json.loads(pathlib.Path(f).read_text()) for f in files]
+        curves, args.splits = [c for old in olds for c in old["curves"]], 0
         for key in ("methods", "alphas", "ms"):
-            setattr(args, key, old["config"][key])
+            setattr(args, key, olds[0]["config"][key])
+        if args.merge:
+            args.replot = False
+            summarise(curves)
     jobs = [(m, a) for m in args.methods for a in args.alphas] + [("vi", None)]
-    for seed in range(args.splits):
+    for seed in range(args.first_split, args.first_split + args.splits):
         Xtr, Xte, ytr, yte = train_test("satimage", seed=seed)
         for M in args.ms:
             for method, a in jobs:
@@ -59,9 +72,8 @@ def main():
                                "load": os.getloadavg()[0]})
                 print(f"M={M:3d} {method:6s} alpha={a} seed={seed}: final nll {v[-1]['nll']:.3f} "
                       f"err {v[-1]['error']:.3f} after {v[-1]['time']:.1f}s", flush=True)
-            write("alpha_satimage_time", {"config": vars(args), "curves": curves})
-    path = RESULTS / "alpha_satimage_time.json" if args.replot else \
-        write("alpha_satimage_time", {"config": vars(args), "curves": curves})
+            write(args.out, {"config": vars(args), "curves": curves})
+    path = RESULTS / f"{args.out}.json" if args.replot else write(args.out, {"config": vars(args), "curves": curves})
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -92,6 +104,16 @@ def main():
     except ImportError:
         print("matplotlib not installed: figure skipped")
     print("wrote", path)
+
+
+def summarise(curves: list[dict]) -> None:
+    """Mean final test NLL (± standard error, number of splits) per (M, method, α)."""
+    cells = {}
+    for c in curves:
+        cells.setdefault((c["M"], c["method"], c["alpha"]), []).append(c["nll"][-1])
+    for (M, method, a), v in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+        se = np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
+        print(f"M={M:3d} {method:6s} alpha={a}: final nll {np.mean(v):.3f} ± {se:.3f} (n={len(v)})")
 
 
 if __name__ == "__main__":
