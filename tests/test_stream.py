@@ -240,6 +240,48 @@ def test_streaming_errors(tmp_path):
             _clf().fit(src)
 
 
+def test_streamed_labels_are_checked_as_for_arrays(tmp_path):
+    X, _ = _data(n=60)
+    # a NaN label: each NaN was its own dict key and the class count lookup raised a bare KeyError
+    y = np.where(X[:, 0] > 0, 1.0, 0.0)
+    y[7] = np.nan
+    with pytest.raises(ValueError, match="non-finite value nan in row 7 .block 0."):
+        stream.statistics(stream.NpySource(X, y, block_rows=16))
+    with pytest.raises(ValueError, match="non-finite"):
+        _clf().fit(stream.NpySource(X, y, block_rows=16))
+    # a continuous label column (e.g. the last column picked by default) is refused as for arrays,
+    # instead of becoming one class per distinct value
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        _clf().fit(stream.NpySource(X, X[:, 1].copy()))
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        _clf().fit(X, X[:, 1])
+    # a list is an array-like like any other
+    src = stream.NpySource(X.tolist(), (X[:, 0] > 0).astype(int).tolist())
+    assert (src.n_rows, src.n_features) == X.shape
+    with pytest.raises(ValueError, match="must be 2-D"):
+        stream.NpySource([1.0, 2.0])
+    # the label is not also a feature
+    path = _write(tmp_path, X, np.where(X[:, 0] > 0, "a", "b"))
+    with pytest.raises(ValueError, match="also listed as a feature"):
+        stream.ParquetSource(path, "label", features=["x0", "label"])
+
+
+def test_a_pickled_npy_source_carries_paths_not_rows(tmp_path):
+    import pickle
+    X, y = _data(n=5000)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    src = stream.NpySource(tmp_path / "X.npy", tmp_path / "y.npy", block_rows=512)
+    blob = pickle.dumps(src)
+    assert len(blob) < 2000 < X.nbytes             # 40 kB of rows before: the map was copied
+    back = pickle.loads(blob)
+    assert isinstance(back.X, np.memmap) and back.block_sizes == src.block_sizes
+    np.testing.assert_array_equal(back.read(3)[0], src.read(3)[0])
+    np.testing.assert_array_equal(back.read(3)[1], src.read(3)[1])
+    arr = pickle.loads(pickle.dumps(stream.NpySource(X, y)))        # arrays travel as arrays
+    np.testing.assert_array_equal(arr.read(0)[0], X)
+
+
 def test_cli_fit_stream_and_predict(tmp_path, capsys):
     from sgpc import cli
     X, y = _data(n=300)

@@ -692,6 +692,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         st = stream.statistics(source, sample_size=20000, seed=seed)
         if st.classes is None:
             raise ValueError("the source has no labels (target=None); fitting needs them")
+        check_classification_targets(st.classes)     # continuous labels: sklearn's error, as for arrays
         if len(st.classes) < 2:
             raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
         previous_classes = getattr(self, "classes_", None)

@@ -68,6 +68,8 @@ class ParquetSource:
             raise ValueError(f"{self.path}: no label column {target!r}; columns: {names}")
         self.target = target
         self.features = [c for c in names if c != target] if features is None else list(features)
+        if target is not None and target in self.features:
+            raise ValueError(f"{self.path}: the label column {target!r} is also listed as a feature")
         missing = [c for c in self.features if c not in names]
         if missing:
             raise ValueError(f"{self.path}: no feature column(s) {missing}; columns: {names}")
@@ -122,8 +124,10 @@ class NpySource:
     """
 
     def __init__(self, X, y=None, block_rows: int = 65536):
-        self.X = np.load(X, mmap_mode="r") if isinstance(X, (str, os.PathLike)) else X
-        self.y = np.load(y, mmap_mode="r") if isinstance(y, (str, os.PathLike)) else y
+        self._paths = (X if isinstance(X, (str, os.PathLike)) else None,
+                       y if isinstance(y, (str, os.PathLike)) else None)
+        self.X = np.load(X, mmap_mode="r") if self._paths[0] is not None else _array(X, "X")
+        self.y = None if y is None else np.load(y, mmap_mode="r") if self._paths[1] is not None else _array(y, "y")
         if self.X.ndim != 2:
             raise ValueError(f"X must be 2-D [N,D], got shape {self.X.shape}")
         if self.y is not None and self.y.shape != (self.X.shape[0],):
@@ -135,12 +139,32 @@ class NpySource:
         full, rest = divmod(self.n_rows, self.block_rows)
         self.block_sizes = [self.block_rows] * full + ([rest] if rest else [])
 
+    def __getstate__(self):
+        # a memory-mapped file travels as its path (pickling the map would copy every row into the
+        # pickle, and into each process of a data-parallel fit); arrays travel as they are
+        X = self._paths[0] if self._paths[0] is not None else self.X
+        y = self._paths[1] if self._paths[1] is not None else self.y
+        return {"X": X, "y": y, "block_rows": self.block_rows}
+
+    def __setstate__(self, d):
+        self.__init__(d["X"], d["y"], d["block_rows"])
+
     def read(self, block: int):
         """Rows [block·block_rows, …) as (X [n,D] float64, y [n] or None); copies only this block."""
         a = block * self.block_rows
         b = a + self.block_sizes[block]
         X = np.asarray(self.X[a:b], dtype=np.float64)
         return X, None if self.y is None else np.asarray(self.y[a:b])
+
+
+def _array(a, name: str) -> np.ndarray:
+    """An array-like as an array (a memmap stays a memmap)."""
+    if isinstance(a, np.ndarray):
+        return a
+    try:
+        return np.asarray(a)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a .npy path or an array, got {type(a).__name__}: {exc}") from None
 
 
 class Standardized:
@@ -227,7 +251,12 @@ def statistics(source, sample_size: int = 20000, seed: int = 0) -> Statistics:
         S = S + Sb + delta ** 2 * n * nb / tot
         n = tot
         if y is not None:
-            u, c = np.unique(np.asarray(y), return_counts=True)
+            y = np.asarray(y)
+            if y.dtype.kind == "f" and not np.isfinite(y).all():
+                bad = int(np.argmax(~np.isfinite(y)))
+                raise ValueError(f"the labels have the non-finite value {float(y[bad])!r} in row {n - nb + bad} "
+                                 f"(block {b}); every row needs a class label")
+            u, c = np.unique(y, return_counts=True)
             for a, k in zip(u.tolist(), c.tolist()):
                 labels[a] = labels.get(a, 0) + k
         kb = rng.random(nb)
