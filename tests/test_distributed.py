@@ -85,6 +85,40 @@ def test_engines_with_per_point_state_are_refused():
         GPClassifier(method="ep", n_inducing=5, batch_size=30, max_iter=2, random_state=0).fit(X, y, comm=comm)
 
 
+def test_a_batch_dependent_feature_extractor_is_refused():
+    # each rank would normalise with its own shard's statistics (and drift apart in its running ones):
+    # the audit measured q's mean 0.06 away from the single-process fit, running means 0.1 apart
+    X, y = _data()
+    comm = distributed.Communicator(0, 2)
+    for layer in (torch.nn.BatchNorm1d(3, affine=False), torch.nn.Dropout(0.1)):
+        fx = torch.nn.Sequential(torch.nn.Linear(2, 3, dtype=torch.float64), layer)
+        est = GPClassifier(method="vi", n_inducing=5, batch_size=30, max_iter=2, feature_extractor=fx)
+        with pytest.raises(ValueError, match=f"{type(layer).__name__} in the feature_extractor"):
+            est.fit(X, y, comm=comm)
+
+
+def _stop_on_time(comm):
+    """Rank 1's clock runs out long before rank 0's (its budget is 0.3 s, rank 0's 1000 s): every rank must
+    stop with it. (Clocks of ranks in lock-step differ by little, but any difference is enough.)"""
+    from sgpc import train
+    X, y = _data()
+    est = _clf("vi")
+    engine, data = est._make_engine(), (torch.as_tensor(X), torch.as_tensor(y))
+    model = est._build(2, 3, torch.as_tensor(X[:5]), np.ones(2))
+    state = engine.init(model, *data, torch.Generator().manual_seed(0))
+    settings = train.TrainSettings(max_iter=100_000, batch_size=30, optimizer="adam", learning_rate=0.01,
+                                   max_time=0.3 if comm.rank == 1 else 1000.0)
+    _, history = train.fit(model, engine, state, *data, settings, generator=torch.Generator().manual_seed(0),
+                           comm=comm)
+    return len(history.iteration)
+
+
+def test_max_time_stops_every_rank_at_the_same_step():
+    # before, rank 1 left the loop alone and rank 0 waited in the next all-reduce (until gloo's timeout)
+    steps = distributed.launch(_stop_on_time, 2)
+    assert steps[0] == steps[1] < 100_000
+
+
 def test_bad_launch_arguments():
     with pytest.raises(ValueError, match="nproc"):
         distributed.launch(_fit, 0, "vi", False)

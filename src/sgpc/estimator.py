@@ -208,6 +208,24 @@ def _validated(estimator, X, y=None, *, reset: bool):
     return out
 
 
+def _check_data_parallel_extractor(extractor) -> None:
+    """Refuse a feature extractor whose forward pass depends on the rows it is given as a batch.
+
+    Each rank sees its shard of the minibatch and only gradients are summed, so batch normalisation would
+    normalise with shard statistics (and each rank's running statistics would drift apart), and dropout
+    would draw other masks than a single process: the fit would not be the single-process fit on the
+    same global minibatches, which is what data-parallel training promises."""
+    if extractor is None:
+        return
+    bad = sorted({type(m).__name__ for m in extractor.modules()
+                  if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd,
+                                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout))})
+    if bad:
+        raise ValueError(f"data-parallel training cannot reproduce the single-process fit with {', '.join(bad)} in "
+                         "the feature_extractor (each process would use its own shard's batch statistics or dropout "
+                         "masks): fit such a model in one process")
+
+
 class GPClassifier(ClassifierMixin, BaseEstimator):
     """Sparse Gaussian-process classifier with inducing points (multi-class and binary).
 
@@ -582,6 +600,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._check_options()
         if (X_val is None) != (y_val is None):
             raise ValueError("pass X_val and y_val together (validation needs rows and their labels)")
+        if comm is not None and comm.world_size > 1:
+            _check_data_parallel_extractor(getattr(self, "feature_extractor", None))
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
             return self._fit_stream(self._as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         if y is None:

@@ -534,6 +534,12 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         if callback is not None:
             callback(step + 1, objective)
         out_of_time = settings.max_time is not None and history.time[-1] >= settings.max_time
+        if comm is not None and settings.max_time is not None:
+            # every rank must leave at the same step (a rank that stops alone leaves the others waiting in
+            # the next all-reduce): stop when any rank's clock has run out
+            flag = torch.tensor([float(out_of_time)], dtype=torch.float64,
+                                device=next(model.parameters()).device)      # NCCL reduces on the GPU
+            out_of_time = bool(comm.all_reduce(flag).item() > 0)
         if out_of_time and validate is not None and \
                 (not history.validation or history.validation[-1]["iteration"] != step + 1):
             row = {"iteration": step + 1, "time": history.time[-1]}
