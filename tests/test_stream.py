@@ -106,9 +106,8 @@ def test_bottom_k_sample_is_uniform_over_blocks():
 
 
 def _clf(method="vi", **kw):
-    kw = {"max_iter": 12, **kw}
-    return GPClassifier(method=method, n_inducing=6, batch_size=32, learning_rate=0.05,
-                        random_state=0, inducing_init="random", **kw)
+    kw = {"max_iter": 12, "batch_size": 32, **kw}
+    return GPClassifier(method=method, n_inducing=6, learning_rate=0.05, random_state=0, inducing_init="random", **kw)
 
 
 @pytest.mark.parametrize("method", ["vi", "sep", "apep", "arpep", "rpapep"])
@@ -208,6 +207,10 @@ def test_streamed_checkpoint_resume_is_exact(tmp_path):
         torch.testing.assert_close(resumed.model_.state_dict()[k], v, rtol=0, atol=0)
     torch.testing.assert_close(resumed.state_.Lam, full.state_.Lam, rtol=0, atol=0)
     assert resumed.history_["objective"] == full.history_["objective"]
+    # the position counts batches: under another batch size the epoch would skip or repeat rows
+    from sgpc.train import CheckpointError
+    with pytest.raises(CheckpointError, match="batch_size=32, this fit uses 20"):
+        _clf("sep", max_iter=20, batch_size=20, checkpoint_path=ck).fit(src, resume=True)
 
 
 def test_streaming_errors(tmp_path):

@@ -312,10 +312,14 @@ class Minibatches:
 
     def state_dict(self) -> dict:
         """Position: generator state at the start of the current epoch and batches produced in it."""
-        return {"epoch_rng": self._epoch_rng.clone(), "batch": int(self._batch)}
+        return {"epoch_rng": self._epoch_rng.clone(), "batch": int(self._batch), "batch_size": self.batch_size}
 
     def load_state_dict(self, d: dict) -> None:
-        """Continue from a ``state_dict``: the next batch is the one that followed it."""
+        """Continue from a ``state_dict``: the next batch is the one that followed it. The position counts
+        batches, so it holds only for the batch size it was written with (a ValueError otherwise)."""
+        if d.get("batch_size", self.batch_size) != self.batch_size:
+            raise ValueError(f"the stream position was saved with batch_size={d['batch_size']}, this fit uses "
+                             f"{self.batch_size}: the epoch would skip or repeat rows; resume with the same batch_size")
         self.generator.set_state(d["epoch_rng"])
         self._it = self._epoch(int(d["batch"]))
 

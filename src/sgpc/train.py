@@ -467,7 +467,10 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         if start:
             if "stream" not in ck:
                 raise CheckpointError(f"checkpoint {settings.checkpoint_path} was not written by a streamed fit")
-            batches.batches.load_state_dict(ck["stream"])
+            try:
+                batches.batches.load_state_dict(ck["stream"])
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {settings.checkpoint_path}: {exc}") from None
     else:
         batches = _IndexStream(X, y, settings.batch_size, generator)
         if start and "batches" in ck:       # checkpoints written before the position was saved lack it
