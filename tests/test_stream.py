@@ -231,6 +231,9 @@ def test_streaming_errors(tmp_path):
     pq.write_table(pa.table({"a": ["u", "v"], "label": [0, 1]}), tmp_path / "s.parquet")
     with pytest.raises(ValueError, match="not numeric"):
         stream.ParquetSource(tmp_path / "s.parquet", target="label")
+    pq.write_table(pa.table({"a": np.linspace(0, 1, 8), "label": ["u", "v"] * 4}), tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match=r"if 'label' is the label, name it: ParquetSource\(path, target='label'\)"):
+        _clf().fit(tmp_path / "t.parquet", "label").predict_proba(str(tmp_path / "t.parquet"))
     with pytest.raises(ValueError, match="no label column"):
         stream.ParquetSource(tmp_path / "s.parquet", target="zzz")
     # a missing label is an error, not a class: as strings it became "None", as integers a bare KeyError

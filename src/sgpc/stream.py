@@ -80,7 +80,9 @@ class ParquetSource:
         bad = [c for c in self.features if not (pt.is_integer(schema.field(c).type) or pt.is_floating(schema.field(c).type)
                                                or pt.is_boolean(schema.field(c).type))]
         if bad:
-            raise ValueError(f"{self.path}: feature column(s) {bad} are not numeric; encode them as numbers first")
+            hint = (f"; if {bad[0]!r} is the label, name it: ParquetSource(path, target={bad[0]!r})"
+                    if target is None else "")
+            raise ValueError(f"{self.path}: feature column(s) {bad} are not numeric; encode them as numbers first{hint}")
         meta = self._file.metadata
         self.block_sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self.n_rows = int(sum(self.block_sizes))
