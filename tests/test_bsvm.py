@@ -379,3 +379,18 @@ def test_collapsed_bound_is_accurate_in_float32_for_confident_points():
     torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=0)
     got.sum().backward()
     assert torch.isfinite(m.grad).all() and m.grad[1] != 0      # d/dm of −v/(2|m|) ≈ −5e-9 at m = −1000
+
+
+@pytest.mark.parametrize("n_rows", [4096 + 1, 10])
+def test_hybrid_initial_features_with_batch_norm_for_any_row_count(n_rows):
+    # the initial features were computed in blocks of 4096 and a remainder: 4097 rows left a block of one
+    # row, which batch normalisation refuses in training mode
+    from sgpc.estimator import _features
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n_rows, 2, generator=g, dtype=torch.float64)
+    fx = torch.nn.Sequential(torch.nn.Linear(2, 3, dtype=torch.float64), torch.nn.BatchNorm1d(3, affine=False,
+                                                                                              dtype=torch.float64))
+    H = _features(fx, X)
+    assert H.shape == (n_rows, 3) and np.isfinite(H).all()
+    # nearly equal blocks: every block is normalised with the statistics of thousands of rows (or all)
+    assert abs(H.mean()) < 0.05 and abs(H.std() - 1.0) < 0.05

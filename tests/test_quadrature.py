@@ -159,3 +159,22 @@ def test_quadrature_nodes_are_constants_to_torch_compile():
     for fn in (lambda m: Q.gauss_hermite(20, m.dtype)[0].sum() + m.sum(),
                lambda m: Q._panel_nodes(m[None, :])[0].sum() + m.sum()):
         assert torch._dynamo.explain(fn)(m).graph_break_count == 0
+
+
+def test_log_prob_largest_in_chunks_equals_one_pass(monkeypatch):
+    # rows and panel pairs are processed in chunks bounded by _CHUNK_ELEMENTS (prediction at C = 100 needed
+    # ~15 MB per row at once); the chunked result must be the one-pass result, hard pairs included
+    g = torch.Generator().manual_seed(0)
+    mean = torch.randn(37, 5, generator=g, dtype=torch.float64)
+    var = torch.exp(2.0 * torch.randn(37, 5, generator=g, dtype=torch.float64))     # many ratios > 4
+    whole = Q.log_prob_largest(mean, var)
+    y = torch.randint(0, 5, (37,), generator=g)
+    whole_label = Q.prob_label_largest(y, mean, var)
+    sizes = []
+    real = Q._log_largest_panels
+    monkeypatch.setattr(Q, "_log_largest_panels", lambda m, v, c: sizes.append(m.shape[0]) or real(m, v, c))
+    monkeypatch.setattr(Q, "_CHUNK_ELEMENTS", 5 * 64 * 5 * 3)       # 3 rows; 4 panel pairs (T·C = 34·6·5)
+    chunked = Q.log_prob_largest(mean, var)
+    torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(Q.prob_label_largest(y, mean, var), whole_label, rtol=1e-13, atol=1e-15)
+    assert len(sizes) > 3 and max(sizes) == 4

@@ -296,7 +296,10 @@ class BinarySoftmax(Likelihood):
     the contrast. So a two-class ``Softmax`` with independent latent functions is this model with
     f = f_1 − f_0 (mean μ_1 − μ_0, variance ν_1 + ν_0), identically (tested). Prediction is the
     one-dimensional E_q[σ(s f)] (and the tilted E_q[σ(s f)^α]) by ``quadrature.log_expect_exp_step``,
-    accurate at any variance.
+    accurate at any variance while the step at f = 0 lies within ±8 standard deviations of the mean.
+    Beyond (|μ| > 8√ν, which needs √ν ≳ 1 to matter) the probability of the unlikely class, below
+    Φ(−8) ≈ 6e-16, is underestimated (the panels stop at ±8√ν and miss the mass near the step):
+    predict_proba is unaffected, its log and the NLL of such a point are not.
     """
 
     def __init__(self, **kwargs):

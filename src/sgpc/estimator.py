@@ -95,8 +95,11 @@ def _features(extractor: torch.nn.Module, X: torch.Tensor, batch_size: int = 409
     still at their defaults) on a copy, so the extractor's buffers are not touched.
     """
     extractor = copy.deepcopy(extractor).train()
+    # blocks of nearly equal size (not 4096 and a remainder: a last block of one row fails in batch
+    # normalisation, and a short one is normalised with the statistics of a few rows)
+    n_blocks = max(1, -(-X.shape[0] // batch_size))
     with torch.no_grad():
-        out = [extractor(X[i:i + batch_size]) for i in range(0, X.shape[0], batch_size)]
+        out = [extractor(block) for block in torch.tensor_split(X, n_blocks)]
     H = torch.cat(out, 0)
     if H.ndim != 2 or H.shape[0] != X.shape[0]:
         raise ValueError(f"feature_extractor must map [N,D] inputs to [N,D'] features, got {tuple(H.shape)} "
