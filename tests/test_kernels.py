@@ -124,3 +124,19 @@ def test_bad_shapes_raise():
         k(torch.zeros(4, 2), torch.zeros(4, 2))
     with pytest.raises(ValueError, match="nu"):
         K.Matern(D, L, nu=2.0)
+
+
+@pytest.mark.parametrize("nu", [None, 0.5, 2.5])
+def test_float32_distances_do_not_cancel(nu):
+    # ‖x‖² + ‖z‖² − 2x·z in float32 cancelled: a copied row (random inducing inputs are copies) gave
+    # Matérn-½ k(z, x) = 0.984 instead of 1 at ℓ = 0.1, and inputs offset by 1000 an RBF off by 0.17
+    g = torch.Generator().manual_seed(0)
+    X64 = torch.randn(50, 10, generator=g, dtype=torch.float64)
+    for offset, ls in ((0.0, 0.1), (0.0, 1.0), (1000.0, 1.0)):
+        kernel = K.RBF(10, 1, lengthscale=ls) if nu is None else K.Matern(10, 1, nu=nu, lengthscale=ls)
+        X = (X64 + offset).float()
+        Z = X[::5].clone()                                                 # copies of rows, other tensors
+        got = kernel.float()(X, Z)[0].double()
+        want = kernel.double()(X.double(), Z.double())[0]    # the same float32 inputs, float64 throughout
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
+        assert (got[torch.arange(0, 50, 5), torch.arange(10)] > 1 - 2e-6).all()

@@ -112,7 +112,7 @@ class Kernel(nn.Module):
         ℓ-scaling is applied to the smaller input (the inducing side)."""
         self._check(X1)
         self._check(X2)
-        w = self._inv_sq_lengthscale()                                              # [S,D]
+        w = self._inv_sq_lengthscale().to(X1.dtype)                                 # [S,D]
         if X1.ndim == 3 or (X2.ndim == 2 and X1.shape[-2] <= X2.shape[-2]):
             return (X1 * w[:, None, :]) @ X2.transpose(-1, -2)                      # scale the smaller side
         return X1 @ (X2 * w[:, None, :]).transpose(-1, -2)
@@ -120,16 +120,30 @@ class Kernel(nn.Module):
     def scaled_sqnorm(self, X: torch.Tensor) -> torch.Tensor:
         """Σ_d x_d² / ℓ_d², [S,N]."""
         self._check(X)
-        w = self._inv_sq_lengthscale()                                              # [S,D] or [S,1]
+        w = self._inv_sq_lengthscale().to(X.dtype)                                  # [S,D] or [S,1]
         if X.ndim == 2 and w.shape[1] == X.shape[1]:
             return ((X * X) @ w.transpose(0, 1)).transpose(0, 1)
         return ((X * X) * w[..., None, :]).sum(-1) if X.ndim == 3 else (X * X).sum(-1)[None, :] * w
 
     def scaled_sqdist(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
-        """Σ_d (x_d − x'_d)² / ℓ_d², [S,N,M], clamped at 0 (the expansion can round below)."""
+        """Σ_d (x_d − x'_d)² / ℓ_d², [S,N,M], clamped at 0 (the expansion can round below).
+
+        By the expansion ‖x‖² + ‖x'‖² − 2x·x' (one matrix product), which cancels where x ≈ x' relative
+        to ‖x‖/ℓ. So both sides are first centred on the mean of X2 (exact for a distance; it removes a
+        common offset: uncentred inputs at 1000 gave RBF values off by 0.17 in float32), and a float32
+        model expands in float64 (at coincident points float32 left d² ≈ 1e-7·‖x‖²/ℓ², which Matérn-½
+        turns into a kernel off by 1.6% at ℓ = 0.1); the result is cast back.
+        """
+        dtype = X1.dtype
+        wide = torch.float64 if dtype in (torch.float16, torch.bfloat16, torch.float32) \
+            and X1.device.type != "mps" else dtype
+        centre = X2.detach().mean(-2, keepdim=True)
+        same = X1 is X2
+        X1 = (X1 - centre).to(wide)
+        X2 = X1 if same else (X2 - centre).to(wide)
         d2 = (self.scaled_sqnorm(X1)[..., :, None] + self.scaled_sqnorm(X2)[..., None, :]
-              - 2.0 * self.scaled_inner(X1, X2))
-        if X1 is X2:
+              - 2.0 * self.scaled_inner(X1, X2)).to(dtype)
+        if same:
             # k(X, X): the diagonal is exactly 0. The expansion leaves ~1e-16·|x|² there, and a kernel of
             # r = √d² (Matérn ½: 1 − 3e-8 instead of 1) turns that rounding into a visible error that
             # depends on the BLAS build
