@@ -140,3 +140,19 @@ def test_float32_distances_do_not_cancel(nu):
         want = kernel.double()(X.double(), Z.double())[0]    # the same float32 inputs, float64 throughout
         torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
         assert (got[torch.arange(0, 50, 5), torch.arange(10)] > 1 - 2e-6).all()
+
+
+def test_k_uu_from_differences_stays_psd_at_tiny_length_scales():
+    # a fitted RMGPC on iris (a duplicated row) reached length-scales of 6e-5: the expansion's rounding,
+    # ~eps·‖x‖²/ℓ², left K_uu with an eigenvalue of −5.6e-8 of its mean diagonal (a JitterWarning);
+    # K(X, X) of a small X is now computed from the differences
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(60, 4, generator=g, dtype=torch.float64)
+    X[:, 2:] = torch.round(X[:, 2:] * 3) / 3 + 2.0         # few distinct values, as iris's 0.1 cm steps
+    X = torch.cat([X, X[:1]])                                          # a duplicated row
+    kernel = K.RBF(4, 1, lengthscale=[5.0, 6.4, 7e-4, 6.3e-5])
+    Kxx = kernel(X, X)[0]
+    assert torch.linalg.eigvalsh(Kxx).min() > -1e-13
+    assert Kxx[0, 60] == Kxx[0, 0] == 1.0                             # duplicates exactly equal
+    ref = torch.exp(-0.5 * (((X[:, None, :] - X[None, :, :]) / kernel.lengthscale[0]) ** 2).sum(-1))
+    torch.testing.assert_close(Kxx, ref, rtol=0, atol=1e-14)
