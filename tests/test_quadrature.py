@@ -171,8 +171,8 @@ def test_log_prob_largest_in_chunks_equals_one_pass(monkeypatch):
     y = torch.randint(0, 5, (37,), generator=g)
     whole_label = Q.prob_label_largest(y, mean, var)
     sizes = []
-    real = Q._log_largest_panels
-    monkeypatch.setattr(Q, "_log_largest_panels", lambda m, v, c: sizes.append(m.shape[0]) or real(m, v, c))
+    real = Q._panel_nodes                              # called once per chunk of panel rows
+    monkeypatch.setattr(Q, "_panel_nodes", lambda edges: sizes.append(edges.shape[0]) or real(edges))
     monkeypatch.setattr(Q, "_CHUNK_ELEMENTS", 5 * 64 * 5 * 3)       # 3 rows; 4 panel pairs (T·C = 34·6·5)
     chunked = Q.log_prob_largest(mean, var)
     torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-13)

@@ -221,8 +221,7 @@ def _check_data_parallel_extractor(extractor) -> None:
     if extractor is None:
         return
     bad = sorted({type(m).__name__ for m in extractor.modules()
-                  if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd,
-                                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout))})
+                  if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd))})
     if bad:
         raise ValueError(f"data-parallel training cannot reproduce the single-process fit with {', '.join(bad)} in "
                          "the feature_extractor (each process would use its own shard's batch statistics or dropout "

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.nn.functional import softplus
 
+from .gaussian import wide_dtype
+
 __all__ = ["Kernel", "RBF", "Matern", "Linear", "Sum", "positive", "inverse_positive"]
 
 _FLOOR = 1e-6
@@ -141,9 +143,7 @@ class Kernel(nn.Module):
         """
         if X1 is X2 and X1.shape[-2] ** 2 * X1.shape[-1] <= _DIRECT_ELEMENTS and self._expansion_rounds(X1):
             return self._direct_sqdist(X1)
-        dtype = X1.dtype
-        wide = torch.float64 if dtype in (torch.float16, torch.bfloat16, torch.float32) \
-            and X1.device.type != "mps" else dtype
+        dtype, wide = X1.dtype, wide_dtype(X1)
         centre = X2.detach().mean(-2, keepdim=True)
         same = X1 is X2
         X1 = (X1 - centre).to(wide)
@@ -160,8 +160,9 @@ class Kernel(nn.Module):
 
     def _expansion_rounds(self, X: torch.Tensor) -> bool:
         """Whether the expansion's rounding, eps·max ‖x − x̄‖²/ℓ² (float64 at the least), exceeds 1e-12 of the
-        kernel's scale: then ``_direct_sqdist`` is worth its cost (~2.5 ms of a 6 ms VI step at M = 100,
-        D = 36, where the expansion is exact to 1e-15). Inside torch.compile (no host sync) always False."""
+        kernel's scale: then ``_direct_sqdist`` is worth its cost (taken always, it made a satimage VI step
+        at M = 100, D = 36 take 8.2–8.7 ms instead of 6.1–6.4; docs/design-notes.md). Inside
+        torch.compile (no host sync) always False."""
         if torch.compiler.is_compiling():
             return False
         with torch.no_grad():
@@ -173,9 +174,9 @@ class Kernel(nn.Module):
     def _direct_sqdist(self, X: torch.Tensor) -> torch.Tensor:
         """Σ_d (x_d − x'_d)² / ℓ_d² of X with itself, [S,N,N], from the differences themselves.
 
-        For K_uu (small M): the expansion's rounding, ~eps·‖x‖²/ℓ², reached 1e-7 of the kernel at
-        length-scales of 1e-4 on standardised data and made K_uu indefinite (eigenvalue −5.6e-8 of its
-        mean diagonal); differences are exact at coincident points and accurate near them.
+        For K_uu (small M): the expansion's rounding, ~eps·‖x‖²/ℓ², made K_uu of an RMGPC fit on
+        standardised iris (length-scales down to 6e-5) indefinite, with an eigenvalue of −5.6e-8 of its mean
+        diagonal; differences are exact at coincident points and accurate near them.
         """
         self._check(X)
         w = self._inv_sq_lengthscale().to(X.dtype)                                  # [S,D]

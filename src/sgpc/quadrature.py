@@ -143,12 +143,18 @@ def _log_normal(t: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """log P(f_c largest) for rows mean/var [H,C] and classes c [H], by composite Gauss–Legendre in t.
 
+    Its [H,T,C] array has T ≈ 42·C nodes per row: rows go in chunks of at most ``_CHUNK_ELEMENTS``.
+
     The panels' edges are the union over all classes k of m_k + a·√v_k (a in ``_PANEL_EDGES``), so every
     factor — N(t | m_c, v_c) and each Φ((t − m_k)/√v_k) — is smooth within every panel whatever the
     ratio of the variances. Beyond the outermost edges N(t | m_c, v_c) holds 2e-9 of its mass.
     """
     tiny = torch.finfo(mean.dtype).tiny
     H, C = mean.shape
+    rows = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * C - 1) * _PANEL_NODES * C))
+    if H > rows:
+        return torch.cat([_log_largest_panels(mean[a:a + rows], var[a:a + rows], c[a:a + rows])
+                          for a in range(0, H, rows)])
     s = var.clamp_min(tiny).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
     t, log_weight = _panel_nodes((mean[:, :, None] + s[:, :, None] * a).reshape(H, -1).sort(-1).values)  # [H,T]
@@ -209,16 +215,8 @@ def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_poi
     hard = _hard(var, cls, panel_ratio)
     if bool(hard.any()):
         rows, ks = hard.nonzero(as_tuple=True)
-        out = out.index_put((rows, ks), _log_largest_chunked(mean[rows], var[rows], cls[rows, ks]))
+        out = out.index_put((rows, ks), _log_largest_panels(mean[rows], var[rows], cls[rows, ks]))
     return out
-
-
-def _log_largest_chunked(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """``_log_largest_panels`` over chunks of pairs (its [pairs, T, C] array has T ≈ 42·C nodes)."""
-    C = mean.shape[1]
-    pairs = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * C - 1) * _PANEL_NODES * C))
-    return torch.cat([_log_largest_panels(mean[a:a + pairs], var[a:a + pairs], c[a:a + pairs])
-                      for a in range(0, mean.shape[0], pairs)])
 
 
 def log_prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 32) -> torch.Tensor:
@@ -257,5 +255,5 @@ def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n
     hard = _hard(var, cls, PANEL_RATIO_LABEL)[:, 0]
     if bool(hard.any()):
         rows = hard.nonzero(as_tuple=True)[0]
-        out = out.index_put((rows,), _log_largest_chunked(mean[rows], var[rows], cls[rows, 0]).exp())
+        out = out.index_put((rows,), _log_largest_panels(mean[rows], var[rows], cls[rows, 0]).exp())
     return out
