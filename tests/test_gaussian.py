@@ -109,7 +109,7 @@ def test_jitter_escalates_only_for_the_failing_matrix_and_from_zero():
 @pytest.mark.parametrize("z", [-10.0, -100.0, -300.0, -1000.0])
 def test_match_moments_in_float32_models_far_in_the_step_tail(z):
     # Φ(z) factor on a cavity N(z, ½) N(0, ½): in float32 the bracket r(r + z) cancels and the
-    # tilted variance came out negative at z = −100 and 4e4 times too large at z = −1000;
+    # tilted variance came out negative at z = −100 and > 1e4 times too large at z = −1000;
     # match_moments runs in float64, so a float32 caller gets the float64 answer.
     def log_Z(m, v):
         return torch.special.log_ndtr((m[..., 0] - m[..., 1]) / torch.sqrt(v[..., 0] + v[..., 1]))
@@ -124,6 +124,13 @@ def test_match_moments_in_float32_models_far_in_the_step_tail(z):
     r = math.exp(norm.logpdf(z) - norm.logcdf(z))
     var_f = ref[torch.float32][2][0, 0].item()
     assert abs(var_f - (0.5 - 0.25 * r * (r + z))) < 1e-5     # float64 log_ndtr: 6e-6 at z = −1000
+    # the same rule run in float32 itself (what the engines did before): wrong, as the comment says
+    m32, v32 = torch.tensor([[z, 0.0]], dtype=torch.float32), torch.tensor([[0.5, 0.5]], dtype=torch.float32)
+    var32 = G.tilted_moments(m32, v32, *G.moment_match(log_Z, m32, v32)[1:])[1][0, 0].item()
+    if z == -100.0:
+        assert var32 < 0
+    if z == -1000.0:
+        assert var32 / var_f > 1e4
 
 
 def test_ep_site_update_float32_matches_float64_in_the_tail():
