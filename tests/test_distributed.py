@@ -87,7 +87,7 @@ def test_engines_with_per_point_state_are_refused():
 
 def test_a_batch_dependent_feature_extractor_is_refused():
     # each rank would normalise with its own shard's statistics (and drift apart in its running ones):
-    # the audit measured q's mean 0.06 away from the single-process fit, running means 0.1 apart
+    # so the fit would not be the single-process fit on the same global minibatches (what comm promises)
     X, y = _data()
     comm = distributed.Communicator(0, 2)
     for layer in (torch.nn.BatchNorm1d(3, affine=False), torch.nn.Dropout(0.1)):
