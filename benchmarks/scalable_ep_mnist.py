@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--device", default="cpu", help='"cpu" or "cuda"')
     ap.add_argument("--sep-log-z", default="local", choices=["local", "tied"],
                     help="SEP's log Z_q estimate for the hyper-parameter gradient (sgpc.sep; 'tied' before 2026-11-23)")
+    ap.add_argument("--z-per-latent", action="store_true",
+                    help="one set of M inducing inputs per class ([L,M,D], the paper's X̄^k of §2.1), all starting at "
+                         "the same k-means centres; default: one set [M,D] shared by the classes")
     ap.add_argument("--out", default="scalable_ep_mnist", help="results/<out>.json")
     ap.add_argument("--scale", default="standardize", choices=["standardize", "unit"],
                     help="standardize: per-pixel zero mean / unit std (length-scales start at sqrt(D)); "
@@ -88,6 +91,8 @@ def main():
     ytr_t = torch.as_tensor(np.searchsorted(classes, ytr), device=dev)
     yte_t = torch.as_tensor(np.searchsorted(classes, yte), device=dev)
     Z0 = init_inducing(Xtr, args.M, "kmeans", seed=0)
+    if args.z_per_latent:
+        Z0 = np.repeat(Z0[None], len(classes), axis=0)
     runs = []
     jobs = [(m, a) for m in args.methods for a in (args.alphas if m in ALPHA_METHODS else [None])]
     for method, alpha in jobs:

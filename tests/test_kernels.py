@@ -142,6 +142,26 @@ def test_float32_distances_do_not_cancel(nu):
         assert (got[torch.arange(0, 50, 5), torch.arange(10)] > 1 - 2e-6).all()
 
 
+@pytest.mark.parametrize("nu", [None, 0.5, 2.5])
+def test_float32_expansion_stays_narrow_only_where_accurate(nu):
+    # a float32 kernel expands in float64 only where float32's rounding of d² would exceed the kernel's
+    # tolerance: always widening doubled K_uu/K_uf with per-latent Z on MNIST (kernel_float32.py --time)
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(200, 784, generator=g, dtype=torch.float32)          # MNIST-shaped, pixels in [0, 1]
+    Z = torch.rand(3, 40, 784, generator=g, dtype=torch.float32)
+    Z[:, :4] = X[:4]                                                    # copies, as initial inducing inputs
+    kernel = (K.RBF(784, 3, lengthscale=7.0) if nu is None else K.Matern(784, 3, nu=nu, lengthscale=7.0)).float()
+    centre = X.mean(0)
+    widened = kernel._narrow_rounds(Z - centre, X - centre)
+    assert widened == (nu == 0.5)                                       # only Matérn-½ (k ≈ 1 − √d²) widens
+    for A, B in ((Z, X), (Z, Z)):
+        got = kernel(A, B).double()
+        want = kernel.double()(A.double(), B.double())
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)        # a tenth of float32's base jitter
+    far = kernel._narrow_rounds(Z - centre, (X - centre) * 100)         # reach 10⁴× larger: must widen
+    assert far
+
+
 def test_k_uu_from_differences_stays_psd_at_tiny_length_scales():
     # a fitted RMGPC on iris (a duplicated row) reached length-scales of 6e-5: the expansion's rounding,
     # ~eps·‖x‖²/ℓ², left K_uu with an eigenvalue of −5.6e-8 of its mean diagonal (a JitterWarning);
