@@ -169,8 +169,9 @@ class Kernel(nn.Module):
     def _narrow_rounds(self, X1: torch.Tensor, X2: torch.Tensor) -> bool:
         """Whether centred inputs of a narrow dtype must be expanded in ``wide_dtype`` to keep d²'s
         rounding below ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel
-        (MNIST, D = 784, per-latent Z: K_uu and K_uf with gradients 138 ms instead of 73;
-        benchmarks/kernel_float32.py --time). Inside torch.compile (no host sync) always True."""
+        (MNIST-shaped, per-latent Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took
+        148 ms instead of 79; `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
+        Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
         with torch.no_grad():
