@@ -160,6 +160,7 @@ def test_float32_expansion_stays_narrow_only_where_accurate(nu):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)        # a tenth of float32's base jitter
     far = kernel._narrow_rounds(Z - centre, (X - centre) * 100)         # reach 10⁴× larger: must widen
     assert far
+    assert kernel(Z, X[:0]).shape == (3, 40, 0) and kernel(X[:0], Z).shape == (3, 0, 40)   # empty sides
 
 
 def test_k_uu_from_differences_stays_psd_at_tiny_length_scales():

@@ -174,6 +174,8 @@ class Kernel(nn.Module):
         Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
+        if X1.shape[-2] == 0 or X2.shape[-2] == 0:
+            return False                                                   # no distances to round
         with torch.no_grad():
             reach = float(self.scaled_sqnorm(X1).max()) + float(self.scaled_sqnorm(X2).max())
         return not reach * torch.finfo(X1.dtype).eps <= self._d2_tolerance          # NaN: widen
