@@ -65,7 +65,9 @@ def main() -> None:
 
 def _widened(kernel, X1, X2) -> bool | None:
     """Whether the float32 kernel expands in float64 here (None for a tree without the choice)."""
-    return bool(kernel._narrow_rounds(X1, X2)) if hasattr(kernel, "_narrow_rounds") else None
+    if not hasattr(kernel, "_narrow_rounds"):
+        return None
+    return bool(kernel._narrow_rounds(kernel.scaled_sqnorm(X1), kernel.scaled_sqnorm(X2)))
 
 
 def _time_per_latent(repeats: int = 20) -> dict:

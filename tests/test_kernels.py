@@ -152,13 +152,13 @@ def test_float32_expansion_stays_narrow_only_where_accurate(nu):
     Z[:, :4] = X[:4]                                                    # copies, as initial inducing inputs
     kernel = (K.RBF(784, 3, lengthscale=7.0) if nu is None else K.Matern(784, 3, nu=nu, lengthscale=7.0)).float()
     centre = X.mean(0)
-    widened = kernel._narrow_rounds(Z - centre, X - centre)
+    widened = kernel._narrow_rounds(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm(X - centre))
     assert widened == (nu == 0.5)                                       # only Matérn-½ (k ≈ 1 − √d²) widens
     for A, B in ((Z, X), (Z, Z)):
         got = kernel(A, B).double()
         want = kernel.double()(A.double(), B.double())
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)        # a tenth of float32's base jitter
-    far = kernel._narrow_rounds(Z - centre, (X - centre) * 100)         # reach 10⁴× larger: must widen
+    far = kernel._narrow_rounds(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm((X - centre) * 100))  # 10⁴×: widen
     assert far
     assert kernel(Z, X[:0]).shape == (3, 40, 0) and kernel(X[:0], Z).shape == (3, 0, 40)   # empty sides
 

@@ -148,11 +148,14 @@ class Kernel(nn.Module):
         same = X1 is X2
         X1 = X1 - centre
         X2 = X1 if same else X2 - centre
-        if wide != dtype and self._narrow_rounds(X1, X2):
+        n1 = self.scaled_sqnorm(X1)
+        n2 = n1 if same else self.scaled_sqnorm(X2)
+        if wide != dtype and self._narrow_rounds(n1, n2):
             X1 = X1.to(wide)
             X2 = X1 if same else X2.to(wide)
-        d2 = (self.scaled_sqnorm(X1)[..., :, None] + self.scaled_sqnorm(X2)[..., None, :]
-              - 2.0 * self.scaled_inner(X1, X2)).to(dtype)
+            n1 = self.scaled_sqnorm(X1)
+            n2 = n1 if same else self.scaled_sqnorm(X2)
+        d2 = (n1[..., :, None] + n2[..., None, :] - 2.0 * self.scaled_inner(X1, X2)).to(dtype)
         if same:
             # k(X, X): the diagonal is exactly 0. The expansion leaves ~1e-16·|x|² there, and a kernel of
             # r = √d² (Matérn ½: 1 − 3e-8 instead of 1) turns that rounding into a visible error that
@@ -166,19 +169,18 @@ class Kernel(nn.Module):
     # 2e-6 keeps it a tenth of float32's base jitter (1e-5); Matérn-½ (k ≈ 1 − √d²) sets 1e-12.
     _d2_tolerance = 2e-6
 
-    def _narrow_rounds(self, X1: torch.Tensor, X2: torch.Tensor) -> bool:
-        """Whether centred inputs of a narrow dtype must be expanded in ``wide_dtype`` to keep d²'s
-        rounding below ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel
+    def _narrow_rounds(self, n1: torch.Tensor, n2: torch.Tensor) -> bool:
+        """Whether centred inputs of a narrow dtype, with scaled squared norms ``n1``, ``n2`` (the
+        expansion's own), must be expanded in ``wide_dtype`` to keep d²'s rounding below ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel
         (MNIST-shaped, per-latent Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took
         148 ms instead of 79; `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
         Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
-        if X1.shape[-2] == 0 or X2.shape[-2] == 0:
+        if n1.numel() == 0 or n2.numel() == 0:
             return False                                                   # no distances to round
-        with torch.no_grad():
-            reach = float(self.scaled_sqnorm(X1).max()) + float(self.scaled_sqnorm(X2).max())
-        return not reach * torch.finfo(X1.dtype).eps <= self._d2_tolerance          # NaN: widen
+        reach = float(n1.detach().amax() + n2.detach().amax())             # one host sync
+        return not reach * torch.finfo(n1.dtype).eps <= self._d2_tolerance             # NaN: widen
 
     def _expansion_rounds(self, X: torch.Tensor) -> bool:
         """Whether the expansion's rounding, eps·max ‖x − x̄‖²/ℓ² (float64 at the least), exceeds 1e-12 of the
