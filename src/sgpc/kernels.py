@@ -173,7 +173,7 @@ class Kernel(nn.Module):
         """Whether centred inputs of a narrow dtype, with scaled squared norms ``n1``, ``n2`` (the
         expansion's own), must be expanded in ``wide_dtype`` to keep d²'s rounding below ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel
         (MNIST-shaped, per-latent Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took
-        148 ms instead of 79; `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
+        116 ms instead of 54; `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
         Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
