@@ -101,6 +101,23 @@ def test_linear_space_label_probability_equals_the_log_space_one_and_its_gradien
         assert bool(((a - b).abs() <= 1e-8 * scale).all()), (a - b).abs() / scale
 
 
+def test_linear_space_panels_equal_the_log_space_ones():
+    # prob_label_largest integrates hard pairs on the panels with Φ and a product (log Φ costs ~10× Φ);
+    # it must be the exp of the log-space panel rule, for P near 1 and for P ~ 1e-100 alike
+    g = torch.Generator().manual_seed(5)
+    mean = 2.0 * torch.randn(9, 4, generator=g)
+    mean[0] = torch.tensor([-40.0, 0.0, 1.0, 2.0])
+    mean[1] = torch.tensor([40.0, 0.0, 1.0, 2.0])
+    var = torch.exp(3.0 * torch.randn(9, 4, generator=g))
+    var[:2] = torch.tensor([2.0, 0.01, 0.05, 0.2])
+    c = torch.randint(0, 4, (9,), generator=g)
+    c[:2] = 0
+    ref = Q._log_largest_panels(mean, var, c).exp()
+    got = Q._log_largest_panels(mean, var, c, linear=True)
+    assert float(ref[0]) < 1e-80 and float(ref[1]) > 0.99
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=0)
+
+
 def _largest_by_adaptive_quadrature(m, v, c):
     """P(f_c largest) by scipy's adaptive quadrature with break points at every class's scale."""
     from scipy import integrate
