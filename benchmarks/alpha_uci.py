@@ -7,7 +7,7 @@ each method; the average rank per α is the paper's Figure 1.
 
     python benchmarks/alpha_uci.py [--methods pep apep arpep rpapep] [--alphas 0.001 0.1 ... 1]
                                    [--fractions 0.1] [--splits 5] [--first-split 0] [--iters 500]
-    python benchmarks/alpha_uci.py --merge results/a.json results/b.json --out alpha_uci_merged
+    python benchmarks/alpha_uci.py --merge results/a.json results/b.json --out alpha_uci_merged [--alphas ...]
 
 Writes results/alpha_uci.json (every run, and average ranks per method and α).
 """
@@ -58,14 +58,16 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def merge(paths, out):
-    """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell)."""
+def merge(paths, out, keep_alphas=None):
+    """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell);
+    with ``keep_alphas``, only the runs at those α."""
     import json
     cells = {}
     for p in paths:
         with open(p) as fh:
             for r in json.load(fh)["runs"]:
-                cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
+                if keep_alphas is None or any(abs(r["alpha"] - a) < 1e-12 for a in keep_alphas):
+                    cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
     rows = list(cells.values())
     # rank only complete groups: every α of the method on that set, fraction and split
     alphas = defaultdict(set)
@@ -91,7 +93,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", default=SETS)
     ap.add_argument("--methods", nargs="+", default=["pep", "apep", "arpep", "rpapep"])
-    ap.add_argument("--alphas", nargs="+", type=float, default=[1e-3, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    ap.add_argument("--alphas", nargs="+", type=float, default=None,
+                    help="α values to fit (default: the paper's 10⁻³, 0.1, …, 1); with --merge, keep only these")
     ap.add_argument("--fractions", nargs="+", type=float, default=[0.05, 0.1, 0.2])
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--first-split", type=int, default=0, help="seed of the first split (to add splits to a cell)")
@@ -102,7 +105,9 @@ def main():
     ap.add_argument("--out", default="alpha_uci")
     args = ap.parse_args()
     if args.merge:
-        return merge(args.merge, args.out)
+        return merge(args.merge, args.out, args.alphas)
+    if args.alphas is None:
+        args.alphas = [1e-3, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     torch.set_num_threads(args.threads)
     rows = []
     try:

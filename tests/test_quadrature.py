@@ -118,6 +118,39 @@ def test_linear_space_panels_equal_the_log_space_ones():
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_written_out_gradient_of_the_label_probability_matches_autograd(dtype):
+    # _LabelLargest's backward is derived by hand; autograd through the same forward steps is the reference
+    g = torch.Generator().manual_seed(7)
+    N, C, J = 30, 5, 20
+    mean = (2.0 * torch.randn(N, C, generator=g, dtype=torch.float64)).to(dtype)
+    var = (0.2 + torch.rand(N, C, generator=g, dtype=torch.float64)).to(dtype)
+    mean[0, 0] = -25.0                                  # Φ factors underflow (float32: most of them)
+    cls = torch.randint(0, C, (N,), generator=g)
+    cls[0] = 0
+    z, w = Q.gauss_hermite(J, dtype)
+    gout = torch.rand(N, generator=g, dtype=torch.float64).to(dtype)
+
+    def reference(m, v):
+        s = v.sqrt()
+        t = m.gather(1, cls[:, None]) + s.gather(1, cls[:, None]) * z
+        u = (t[..., None] - m[:, None, :]) / s[:, None, :]
+        own = (cls[:, None] == torch.arange(C))[:, None, :]
+        return torch.special.ndtr(u).masked_fill(own, 1.0).prod(-1) @ w
+
+    grads = []
+    for fn in (lambda m, v: Q._LabelLargest.apply(m, v, cls, z, w), reference):
+        m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
+        out = fn(m, v)
+        grads.append((out.detach(), *torch.autograd.grad((out * gout).sum(), (m, v))))
+    tol = dict(rtol=1e-10, atol=1e-14) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-6)
+    for got, ref in zip(*grads):
+        torch.testing.assert_close(got, ref, **tol)
+    if dtype == torch.float64:
+        assert torch.autograd.gradcheck(lambda m, v: Q._LabelLargest.apply(m, v, cls, z, w),
+                                        (mean.clone().requires_grad_(), var.clone().requires_grad_()))
+
+
 def _largest_by_adaptive_quadrature(m, v, c):
     """P(f_c largest) by scipy's adaptive quadrature with break points at every class's scale."""
     from scipy import integrate

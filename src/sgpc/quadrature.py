@@ -244,6 +244,51 @@ def log_prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tenso
     return _log_largest(mean, var, y.long()[:, None], n_points)[:, 0]
 
 
+class _LabelLargest(torch.autograd.Function):
+    """P(f_c largest) = Σ_j w_j Π_{k≠c} Φ(u_jk), u_jk = (m_c + s_c z_j − m_k)/s_k, s = √v, on Gauss–Hermite
+    nodes, with its gradient written out: the VI objective's hottest function. Autograd's backward through
+    the element-wise steps over [N,J,C] (and the cumulative products behind ``prod``'s) took three times
+    the forward pass (~1.15 ms against 0.38 at [200, 32, 6], one thread); this one takes ~0.7 ms. With G_jk = φ(u_jk) Π_{k'≠k,c} Φ(u_jk') (zero at k = c),
+
+        ∂P/∂m_k = −Σ_j w_j G_jk / s_k (k ≠ c),   ∂P/∂m_c = Σ_k Σ_j w_j G_jk / s_k,
+        ∂P/∂s_k = −Σ_j w_j G_jk u_jk / s_k (k ≠ c),   ∂P/∂s_c = Σ_k Σ_j w_j z_j G_jk / s_k,
+
+    and ∂P/∂v = ∂P/∂s / (2s). The leave-one-out product is P_j / Φ(u_jk), with Φ held at ≥ the smallest
+    normal number (which moves P by < 1e-307): where Φ(u_jk) is that small, φ(u_jk) ≤ |u_jk| Φ(u_jk) is
+    too, so the term is negligible either way. First derivatives only (nothing differentiates twice).
+    """
+
+    @staticmethod
+    def forward(ctx, mean, var, cls, z, w):
+        tiny = torch.finfo(mean.dtype).tiny
+        s = var.clamp_min(tiny).sqrt()                                                    # [N,C]
+        inv_s = s.reciprocal()
+        m_c, s_c = mean.gather(1, cls[:, None]), s.gather(1, cls[:, None])                # [N,1]
+        t = m_c + s_c * z                                                                 # [N,J]
+        u = (t[..., None] - mean[:, None, :]).mul_(inv_s[:, None, :])                     # [N,J,C]
+        is_self = (cls[:, None] == torch.arange(mean.shape[1], device=mean.device))[:, None, :]
+        cdf = torch.special.ndtr(u).masked_fill_(is_self, 1.0).clamp_min_(tiny)
+        prod = cdf.prod(-1)                                                               # [N,J]
+        ctx.save_for_backward(u, cdf, prod, is_self, inv_s, var, z, w)
+        return prod @ w
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        u, cdf, prod, is_self, inv_s, var, z, w = ctx.saved_tensors
+        G = torch.exp(u.square().mul_(-0.5)).mul_(prod[..., None] / cdf).masked_fill_(is_self, 0.0)  # ×√(2π)
+        wz = torch.stack([w, z * w], 1)                                                   # [J,2]
+        Sg = G.mT @ wz                                                                    # [N,C,2]
+        Su = (G.mul_(u).mT @ w[:, None])[..., 0]                                          # [N,C]
+        scale = (grad / math.sqrt(2.0 * math.pi))[:, None] * inv_s                        # [N,C]
+        own = is_self[:, 0, :].to(u.dtype)                                                # one-hot c
+        dm, dz = scale * Sg[..., 0], scale * Sg[..., 1]
+        d_mean = own * dm.sum(1, keepdim=True) - dm
+        d_s = own * dz.sum(1, keepdim=True) - scale * Su
+        d_var = torch.where(var > torch.finfo(var.dtype).tiny, 0.5 * d_s * inv_s, 0.0)
+        return d_mean, d_var, None, None, None
+
+
 def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n_points: int = 32) -> torch.Tensor:
     """P(f_{y_i} is the largest) itself, in linear space: y [N] (int64), mean/var [N,C] -> [N].
 
@@ -254,9 +299,8 @@ def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n
     normalisers, predictions) use the log-space functions.
     """
     cls = y.long()[:, None]
-    u, is_self, w = _standardised(mean, var, cls, n_points)
-    phi = torch.special.ndtr(u).masked_fill(is_self, 1.0)
-    out = (phi.prod(-1) @ w)[:, 0]
+    z, w = gauss_hermite(n_points, mean.dtype, mean.device)
+    out = _LabelLargest.apply(mean, var, cls[:, 0], z, w)
     hard = _hard(var, cls, PANEL_RATIO_LABEL)[:, 0]
     if bool(hard.any()):
         rows = hard.nonzero(as_tuple=True)[0]
