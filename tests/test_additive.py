@@ -490,6 +490,25 @@ def test_binary_step_tie_at_zero_variance_is_normalised():
     torch.testing.assert_close(p[1], torch.tensor([0.1, 0.9], dtype=torch.float64))   # δ = 0.1 on the wrong side
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("binary", [True, False])
+def test_step_bound_gradients_are_finite_and_vanish_as_the_variance_does(binary, dtype):
+    # a = 0: the bound is log(1 − δ) or log δ whatever the small ν, so its gradients tend to 0. At ν = 0
+    # (and ν ≤ 1e-18, float32 ≤ 1e-8) they were NaN: ∞ · 0 through √ν, 1/√ν and log Φ
+    lik = (AD.BinaryAdditiveGaussian(0.0, 0.02) if binary else AD.AdditiveGaussian(3, 0.0, 0.02)).to(dtype)
+    row = [5.0] if binary else [5.0, 0.0, -5.0]
+    for nu in (0.0, 1e-39, 1e-30, 1e-18, 1e-8):
+        mean = torch.tensor([row, row], dtype=dtype, requires_grad=True)
+        var = torch.full_like(mean, nu).requires_grad_()
+        y = torch.tensor([0, 1] if binary else [2, 0])                 # the wrong side of the step, the right
+        value = lik.expected_log_prob(y, mean, var)
+        value.sum().backward()
+        hit, miss = math.log(1 - 0.02), math.log(0.02 / (1 if binary else 2))
+        torch.testing.assert_close(value, torch.tensor([miss, hit], dtype=dtype))
+        assert bool(torch.isfinite(mean.grad).all() and torch.isfinite(var.grad).all()), (nu, mean.grad, var.grad)
+        assert float(mean.grad.abs().max()) < 1e-6 and float(var.grad.abs().max()) < 1e-6
+
+
 def _expect_1d(g, mu, nu):
     """∫ N(f | mu, nu) g(f) df by scipy's adaptive quadrature (break point at the step, f = 0)."""
     from scipy import integrate

@@ -49,6 +49,23 @@ def test_prior_samples_without_likelihood_and_seeded_reproducibility():
         elliptical_slice(lambda F: torch.tensor(-math.inf), chol, 5)
 
 
+def test_a_slice_height_draw_of_exactly_zero_is_not_an_error(monkeypatch):
+    # float32 uniforms are exactly 0 about once in 1.7e7 draws (a ~3e-4 chance per 5 500-iteration chain);
+    # log 0 = −∞ is a valid slice height (every proposal is above it), math.log(0) raised
+    X = torch.linspace(-2, 2, 3, dtype=torch.float32)[:, None]
+    chol = prior_cholesky(K.RBF(1, 1, lengthscale=0.7, noise=1e-3, dtype=torch.float32), X)
+    real, calls = torch.rand, []
+
+    def rand(*args, **kwargs):
+        calls.append(1)
+        return torch.zeros((), dtype=kwargs.get("dtype")) if len(calls) == 1 else real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "rand", rand)
+    samples, info = elliptical_slice(lambda F: -(F ** 2).sum(), chol, 3, burn_in=0,
+                                     generator=torch.Generator().manual_seed(0))
+    assert len(calls) > 1 and bool(torch.isfinite(samples).all())
+
+
 def test_predictions_use_the_gp_conditional_of_each_sample():
     # with two given samples the prediction is the average of the likelihood's predictive at the
     # conditional moments K_*f K⁻¹ f and k_** − K_*f K⁻¹ K_f* (checked with dense numpy algebra)

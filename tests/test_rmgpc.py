@@ -110,6 +110,26 @@ def test_one_point_two_classes_evidence_is_exact():
     assert float(eng.log_evidence(model, st, X).detach()) == pytest.approx(math.log(0.5), abs=1e-10)
 
 
+def test_prior_factor_update_keeps_its_precision_in_float32_at_large_counts():
+    # with a + b ~ N the matched Beta is a* = a_cav + O(1): formed from e₂ − e₁² (a variance of ~1e-5 as the
+    # difference of numbers near 1e-2) the float32 site was off by ~100 at a + b = 1e5. The reference is
+    # exact rational arithmetic on the float32 inputs (σ evaluated in float64).
+    from fractions import Fraction as Fr
+    for q, a, b in [(-8.0, 1e3, 9e3), (3.0, 1e3, 9e3), (-8.0, 1e4, 9e4), (0.5, 2e4, 3e3)]:
+        w1 = Fr(1.0 / (1.0 + math.exp(-(q + math.log(a) - math.log(b)))))
+        A, B, s1 = Fr(a), Fr(b), Fr(a) + Fr(b) + 1
+        e1 = ((1 - w1) * A + w1 * (A + 1)) / s1
+        e2 = ((1 - w1) * A * (A + 1) + w1 * (A + 1) * (A + 2)) / (s1 * (s1 + 1))
+        k = (e1 - e2) / (e2 - e1 * e1)
+        exact = (float(e1 * k - A), float((1 - e1) * k - B))          # a* − a_cav, b* − b_cav: the site − 1
+        upd = R.prior_factor_update(*(torch.tensor([v], dtype=torch.float32) for v in (q, a, b)))
+        got = (float(upd.a_star) - a, float(upd.b_star) - b)
+        # float32 spacing at 1e5 is 0.008: the site can be no closer than that
+        np.testing.assert_allclose(got, exact, rtol=0, atol=2e-2)
+        upd64 = R.prior_factor_update(*(torch.tensor([v], dtype=torch.float64) for v in (q, a, b)))
+        np.testing.assert_allclose((float(upd64.a_star) - a, float(upd64.b_star) - b), exact, rtol=0, atol=1e-9)
+
+
 def test_parallel_ep_reaches_a_fixed_point():
     model, X, y = problem()
     eng = R.RMGPC(damping=0.5)

@@ -114,16 +114,25 @@ class BinaryAdditiveGaussian(Likelihood):
         """L = 1."""
         return 1
 
-    def _log_cdf(self, s_mean: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
-        """log Φ(s μ/√(a + ν)); at a + ν = 0 the step: 0 if s μ > 0, −∞ if s μ < 0 and log ½ at the tie
-        s μ = 0 (so the two classes' probabilities still sum to one there)."""
+    def _z(self, s_mean: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
+        """s μ/√(a + ν); at a + ν = 0 the step: +∞ if s μ > 0, −∞ if s μ < 0 and 0 at the tie s μ = 0 (so
+        the two classes' probabilities still sum to one there). Where a + ν = 0 the division and the square
+        root see 1 instead, so that their derivatives, multiplied by ``where``'s zero, stay finite (∞ · 0 was
+        a NaN gradient at ν = 0, and at ν ≤ 1e-18 through log Φ's); a positive a + ν below √tiny (1e-154 in
+        float64, 1e-19 in float32) counts as √tiny, where (a + ν)^{-3/2} in the derivative would overflow.
+        That moves Φ only where also |μ| < 40·(a + ν)^{1/2}, i.e. below 1e-75 (float64) or 1e-8."""
         total = self.noise_variance + var
         step = torch.where(s_mean > 0, math.inf, torch.where(s_mean < 0, -math.inf, 0.0)).to(s_mean.dtype)
         if isinstance(total, float) and total == 0.0:
-            return log_ndtr(step)
-        sd = torch.as_tensor(total, dtype=s_mean.dtype, device=s_mean.device).sqrt()
-        z = torch.where(sd > 0, s_mean / sd.clamp_min(torch.finfo(s_mean.dtype).tiny), step)
-        return log_ndtr(z)
+            return step
+        total = torch.as_tensor(total, dtype=s_mean.dtype, device=s_mean.device)
+        positive = total > 0
+        floor = math.sqrt(torch.finfo(s_mean.dtype).tiny)
+        return torch.where(positive, s_mean / torch.where(positive, total, 1.0).clamp_min(floor).sqrt(), step)
+
+    def _log_cdf(self, s_mean: torch.Tensor, var: torch.Tensor | float) -> torch.Tensor:
+        """log Φ(s μ/√(a + ν)) (the step at a + ν = 0, see ``_z``)."""
+        return log_ndtr(self._z(s_mean, var))
 
     def log_prob(self, y, F):
         s = (2 * y - 1).to(F.dtype)
@@ -133,7 +142,7 @@ class BinaryAdditiveGaussian(Likelihood):
         # eq. (8): Φ log(1 − δ) + (1 − Φ) log δ with Φ = Φ(s μ/√(a + ν))
         log_hit, log_miss = _log_hit_miss(self.raw_flip, self.n_classes)
         s = (2 * y - 1).to(mean.dtype)
-        P = self._log_cdf(s * mean[:, 0], var[:, 0]).exp()
+        P = torch.special.ndtr(self._z(s * mean[:, 0], var[:, 0]))
         return P * log_hit + (1.0 - P) * log_miss
 
     def log_tilted(self, y, mean, var, alpha=1.0):
@@ -198,7 +207,7 @@ class AdditiveGaussian(Likelihood):
     def expected_log_prob(self, y, mean, var):
         # eq. (18)
         log_hit, log_miss = _log_hit_miss(self.raw_flip, self.n_classes)
-        S = quadrature.log_prob_label_largest(y, mean, var + self.noise_variance, self.n_points).exp().clamp(0.0, 1.0)
+        S = quadrature.prob_label_largest(y, mean, var + self.noise_variance, self.n_points).clamp(0.0, 1.0)
         return S * log_hit + (1.0 - S) * log_miss
 
     def log_tilted(self, y, mean, var, alpha=1.0):

@@ -65,7 +65,8 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
     total = burn_in + n_samples * thin
     for it in range(total):
         nu = (chol @ torch.randn(L, N, 1, dtype=dt, generator=generator).to(chol.device))[..., 0]
-        log_t = ll + math.log(float(torch.rand((), dtype=dt, generator=generator)))
+        u = float(torch.rand((), dtype=dt, generator=generator))
+        log_t = ll + (math.log(u) if u > 0.0 else -math.inf)     # float32 draws are 0 once in ~1.7e7
         theta = 2.0 * math.pi * float(torch.rand((), dtype=dt, generator=generator))
         lo, hi = theta - 2.0 * math.pi, theta
         while True:

@@ -113,15 +113,19 @@ def prior_factor_update(q_cav: torch.Tensor, a_cav: torch.Tensor, b_cav: torch.T
         ``PriorUpdate``.
     """
     log_odds = torch.log(a_cav) - torch.log(b_cav)
-    w1 = torch.sigmoid(q_cav + log_odds)                                     # tilted P(z = 1)
-    s1, s2 = a_cav + b_cav + 1.0, a_cav + b_cav + 2.0
-    e1 = ((1.0 - w1) * a_cav + w1 * (a_cav + 1.0)) / s1                      # eq. 11
-    e2 = ((1.0 - w1) * a_cav * (a_cav + 1.0) + w1 * (a_cav + 1.0) * (a_cav + 2.0)) / (s1 * s2)
-    k = (e1 - e2) / (e2 - e1 * e1)
+    w1, w0 = torch.sigmoid(q_cav + log_odds), torch.sigmoid(-(q_cav + log_odds))  # tilted P(z = 1), P(z = 0)
+    a, b, s1 = a_cav, b_cav, a_cav + b_cav + 1.0
+    # e₁ (eq. 11) and 1 − e₁; then e₁(1 − e₁)/(e₂ − e₁²) as a ratio of sums of positive terms. The mixture
+    # variance e₂ − e₁² = [w₁(a+1)b + w₀a(b+1) + w₁w₀(s₁+1)] / (s₁²(s₁+1)) (the components' variances
+    # m(1 − m)/(s₁+1), plus the spread of their means 1/s₁): formed as e₂ − e₁² it cancelled, and in float32
+    # at a + b ~ 1e5 the sites came out wrong by ~100 (b* = 9e4 + 126 for + 1).
+    e1, f1 = (a + w1) / s1, (b + w0) / s1
+    spread = w1 * (a + 1.0) * b + w0 * a * (b + 1.0) + w1 * w0 * (s1 + 1.0)
+    k = (a + w1) * (b + w0) * (s1 + 1.0) / spread - 1.0                      # (e₁ − e₂)/(e₂ − e₁²)
     log_rho = log_odds - torch.logaddexp(log_odds, torch.zeros_like(log_odds))          # log ρ̄
     log_1m = -torch.logaddexp(log_odds, torch.zeros_like(log_odds))                     # log(1 − ρ̄)
     log_Z = torch.logaddexp(logsigmoid(-q_cav) + log_1m, logsigmoid(q_cav) + log_rho)
-    return PriorUpdate(log_Z, log_odds, e1 * k, (1.0 - e1) * k, w1)
+    return PriorUpdate(log_Z, log_odds, e1 * k, f1 * k, w1)
 
 
 def beta_kl_projection(upd: PriorUpdate, a_cav: torch.Tensor, b_cav: torch.Tensor, n_newton: int = 30
