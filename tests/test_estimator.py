@@ -114,6 +114,11 @@ def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
     back = GPClassifier.load(tmp_path / "m.pt")
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
     assert back.n_inducing == 10 and type(back.n_inducing) is int and back.checkpoint_path == str(tmp_path / "ck.pt")
+    # every number option takes numpy scalars (init_variance=np.int64(2) and noise_variance, delta,
+    # init_lengthscale as np.float32 were refused)
+    GPClassifier(**{**FAST, "max_iter": 2}, init_variance=np.int64(2), init_lengthscale=np.float32(1.0)).fit(X, y)
+    GPClassifier(**{**FAST, "max_iter": 2}, likelihood="probit", noise_variance=np.int64(1),
+                 delta=np.float32(0.01)).fit(X, y)
     clf.set_params(random_state=np.random.RandomState(0))
     with pytest.raises(TypeError, match="random_state=RandomState.*integer random_state"):
         clf.save(tmp_path / "r.pt")
@@ -288,6 +293,9 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
         GPClassifier(**FAST).fit(X, y, X_val=X[:5])
     with pytest.raises(ValueError, match="X_val and y_val together"):
         GPClassifier(**FAST).fit(X, y, y_val=y[:5])
+    for y_val in (y[:1], y[:5]):      # one label broadcast silently; five failed only at the first evaluation
+        with pytest.raises(ValueError, match="X_val has 30 rows but y_val has"):
+            GPClassifier(**FAST).fit(X, y, X_val=X[:30], y_val=y_val)
     for kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"), (dict(max_iter=2.5), "max_iter must be an integer"),
                     (dict(checkpoint_every=-3), "checkpoint_every must be >= 0"),
                     (dict(latent_noise=-1.0), "latent_noise must be a finite number >= 0"),
@@ -322,3 +330,35 @@ def test_a_flipped_bit_in_a_saved_model_is_detected(fitted, tmp_path):
     del d["checksum"]                                                     # a file written before checksums
     torch.save(d, tmp_path / "old.pt")
     np.testing.assert_array_equal(GPClassifier.load(tmp_path / "old.pt").predict_proba(X), clf.predict_proba(X))
+
+
+def test_a_failed_refit_leaves_the_fitted_estimator_as_it_was(iris, monkeypatch):
+    # fit overwrote classes_, n_features_in_ and model_ before checks that can still fail: predict then gave
+    # the old model's outputs under the new labels, with no error
+    from sgpc import estimator as E
+    X, y = iris
+    clf = GPClassifier(method="ep", **FAST).fit(X, np.array(["a", "b", "c"])[y])
+    before = clf.predict_proba(X)
+    with pytest.raises(ValueError, match="binary model"):
+        clf.set_params(likelihood="probit").fit(X[:, :3], np.array(["x", "y", "z"])[y])
+    with pytest.raises(ValueError, match="only one class"):
+        clf.set_params(likelihood="robustmax").fit(X, np.full(len(y), "q"))
+    assert clf.classes_.tolist() == ["a", "b", "c"] and clf.n_features_in_ == 4
+    np.testing.assert_array_equal(clf.predict_proba(X), before)
+    # a failure inside training, after a warm start has begun to train the model in place
+    clf.set_params(warm_start=True)
+    real = E.fit_loop
+
+    def failing(model, *args, **kwargs):
+        for p in model.parameters():
+            p.data.add_(1.0)
+        raise FloatingPointError("diverged")
+
+    monkeypatch.setattr(E, "fit_loop", failing)
+    with pytest.raises(FloatingPointError):
+        clf.fit(X, np.array(["a", "b", "c"])[y])
+    np.testing.assert_array_equal(clf.predict_proba(X), before)
+    assert clf.warm_started_ is False                           # the first fit's record
+    monkeypatch.setattr(E, "fit_loop", real)
+    clf.fit(X, np.array(["a", "b", "c"])[y])                 # and it still continues from where it was
+    assert clf.warm_started_

@@ -156,3 +156,14 @@ def test_reliability_edge_rule_holds_for_every_bin_count(n):
             continue                                  # the top probability of two classes is >= 1/2
         curve = metrics.reliability_curve([0], [[k / n, 1 - k / n]], n_bins=n)
         assert int(np.argmax(curve["count"])) == k - 1, (n, k)
+
+
+def test_evaluate_checks_the_predicted_indices():
+    # labels passed as pred_idx (classes [3, 7, 11]) gave an error of 1.0 where the true error is 0
+    proba = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    y = np.array([0, 1, 2])
+    assert metrics.evaluate(y, proba, pred_idx=np.array([0, 1, 2]))["error"] == 0.0
+    with pytest.raises(ValueError, match=r"pred_idx must be class indices in 0..2 .* from 3 to 11"):
+        metrics.evaluate(y, proba, pred_idx=np.array([3, 7, 11]))
+    with pytest.raises(ValueError, match="pred_idx has 2 entries but proba has 3 rows"):
+        metrics.evaluate(y, proba, pred_idx=np.array([0, 1]))

@@ -304,3 +304,13 @@ def test_cli_fit_stream_and_predict(tmp_path, capsys):
     np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-9)
     assert cli.main(["fit", str(path), "--stream", "--method", "ep", "--batch-size", "32", "-o", model]) == 2
     assert "per-point state" in capsys.readouterr().err
+
+
+def test_a_nan_in_a_streamed_prediction_is_reported_at_its_row_in_the_file():
+    # the row was counted from the start of its block (row 37 with 16-row blocks was reported as 5)
+    X, y = _data(n=100)
+    clf = _clf().fit(X, y)
+    Xp = X[:50].copy()
+    Xp[37, 1] = np.nan
+    with pytest.raises(ValueError, match=r"1 row\(s\), first: 37;"):
+        clf.predict(stream.NpySource(Xp, block_rows=16))

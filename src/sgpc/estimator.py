@@ -166,10 +166,11 @@ def _digest(payload: dict) -> str:
     return h.hexdigest()
 
 
-def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting") -> None:
+def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_row: int = 0) -> None:
+    """ValueError naming the rows (numbered from ``first_row``: a streamed block's offset) with NaN/inf."""
     bad = ~np.isfinite(X).all(axis=1)
     if bad.any():
-        rows = np.flatnonzero(bad)
+        rows = np.flatnonzero(bad) + first_row
         shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
         raise ValueError(f"{name} contains NaN or infinity in {len(rows)} row(s), first: {shown}; "
                          f"impute or drop them before {when}")
@@ -417,18 +418,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if self.likelihood not in ("step", "probit", "logit"):
                 raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
                                  f"not {self.likelihood!r}")
-            if not (isinstance(self.noise_variance, (int, float)) and math.isfinite(self.noise_variance)
+            if not (isinstance(self.noise_variance, (int, float, np.number)) and math.isfinite(self.noise_variance)
                     and self.noise_variance >= 0):
                 raise ValueError(f"noise_variance must be a finite number >= 0, got {self.noise_variance!r}")
-        if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
+        if not (isinstance(self.delta, (int, float, np.number)) and 0.0 < self.delta < 1.0):
             raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
         if not (isinstance(self.n_samples_predict, (int, np.integer)) and self.n_samples_predict >= 1):
             raise ValueError(f"n_samples_predict must be a positive integer, got {self.n_samples_predict!r}")
         _choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
-        if self.init_lengthscale is not None and not (isinstance(self.init_lengthscale, (int, float))
+        if self.init_lengthscale is not None and not (isinstance(self.init_lengthscale, (int, float, np.number))
                                                       and self.init_lengthscale > 0):
             raise ValueError(f"init_lengthscale must be a positive number or None, got {self.init_lengthscale!r}")
-        if not (isinstance(self.init_variance, (int, float)) and self.init_variance > 0):
+        if not (isinstance(self.init_variance, (int, float, np.number)) and self.init_variance > 0):
             raise ValueError(f"init_variance must be a positive number, got {self.init_variance!r}")
 
     def _torch_dtype(self) -> torch.dtype:
@@ -498,6 +499,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return None
         Xv = self._tensor(self._validate_X(X_val, reset=False))
         yv = torch.as_tensor(self._encode(y_val), device=self.device)
+        if yv.ndim != 1 or len(yv) != len(Xv):
+            raise ValueError(f"X_val has {len(Xv)} rows but y_val has {len(yv) if yv.ndim == 1 else tuple(yv.shape)} label(s); "
+                             "pass one label per validation row")
 
         def validate(model, state):
             lp, scores = predict_outputs(model, engine.posterior(model, state), Xv)
@@ -598,7 +602,29 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             comm: a ``distributed.Communicator`` for data-parallel training (every rank calls fit
                 with the same data and random_state; rank 0 writes checkpoints).
         Returns: self.
+
+        A fit that raises (bad input found late, a diverged run, an interrupt) leaves a fitted
+        estimator as it was: its fitted attributes are restored, so it still predicts as before.
         """
+        kept = self._fitted_attributes()
+        try:
+            return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+        except BaseException:
+            for name in [k for k in vars(self) if k.endswith("_") and k not in kept]:
+                delattr(self, name)
+            self.__dict__.update(kept)
+            raise
+
+    def _fitted_attributes(self) -> dict:
+        """The fitted attributes (names ending in "_"); with ``warm_start``, copies of the model and state
+        that a continued fit trains in place."""
+        kept = {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("__")}
+        if self.warm_start:
+            kept.update({k: copy.deepcopy(kept[k]) for k in ("model_", "state_") if k in kept})
+        return kept
+
+    def _fit(self, X, y=None, *, X_val=None, y_val=None, resume: bool = False, comm=None):
+        """``fit`` without the restore on failure."""
         self._check_options()
         if (X_val is None) != (y_val is None):
             raise ValueError("pass X_val and y_val together (validation needs rows and their labels)")
@@ -775,7 +801,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
-                _check_finite(Xb, when="predicting")
+                _check_finite(Xb, when="predicting", first_row=row)
                 out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_, self._tensor(Xb))[which].cpu().numpy()
                 row += len(Xb)
             return out

@@ -50,20 +50,20 @@ def _check_proba(proba) -> np.ndarray:
     return p
 
 
-def _check_indices(y_true_idx, n_rows: int, n_classes: int) -> np.ndarray:
-    """y as int64 [N] with values in 0..C−1, or ValueError."""
+def _check_indices(y_true_idx, n_rows: int, n_classes: int, name: str = "y_true_idx") -> np.ndarray:
+    """y as int64 [N] with values in 0..C−1, or ValueError (``name``: the argument, for the message)."""
     y = np.asarray(y_true_idx)
     if y.ndim != 1:
-        raise ValueError(f"y_true_idx must be 1-D [N]; got shape {y.shape}")
+        raise ValueError(f"{name} must be 1-D [N]; got shape {y.shape}")
     if len(y) != n_rows:
-        raise ValueError(f"y_true_idx has {len(y)} entries but proba has {n_rows} rows")
+        raise ValueError(f"{name} has {len(y)} entries but proba has {n_rows} rows")
     if y.dtype.kind not in "iub":
         if y.dtype.kind != "f" or not np.all(y == np.round(y)):
-            raise ValueError(f"y_true_idx must hold integer class indices 0..{n_classes - 1} (dtype {y.dtype}); "
+            raise ValueError(f"{name} must hold integer class indices 0..{n_classes - 1} (dtype {y.dtype}); "
                              "convert labels with metrics.class_indices(y, model.classes_)")
     y = y.astype(np.int64)
     if len(y) and (y.min() < 0 or y.max() >= n_classes):
-        raise ValueError(f"y_true_idx must be class indices in 0..{n_classes - 1} (proba has {n_classes} "
+        raise ValueError(f"{name} must be class indices in 0..{n_classes - 1} (proba has {n_classes} "
                          f"columns); got values from {y.min()} to {y.max()}")
     return y
 
@@ -245,5 +245,7 @@ def evaluate(y_true_idx, proba, n_bins: int = 15, pred_idx=None) -> dict:
         dict of floats: ``error``, ``nll``, ``brier``, ``ece``.
     """
     p = _check_proba(proba)
+    if pred_idx is not None:     # labels passed here instead of indices gave an error of 1.0, silently
+        pred_idx = _check_indices(pred_idx, len(p), p.shape[1], name="pred_idx")
     return {"error": error_rate(y_true_idx, p if pred_idx is None else pred_idx), "nll": nll(y_true_idx, p),
             "brier": brier(y_true_idx, p), "ece": ece(y_true_idx, p, n_bins)}
