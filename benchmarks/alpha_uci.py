@@ -40,6 +40,46 @@ def ranks(rows):
     return [{"method": m, "alpha": a, "mean_rank": float(np.mean(v)), "n": len(v)} for (m, a), v in sorted(acc.items())]
 
 
+def method_ranks(rows):
+    """The paper's colour in Figure 1: at each α, the average rank of each method (rank 1 = lowest NLL among
+    the methods on the same set, fraction and split), over groups where every method ran at that α."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["alpha"], r["set"], r["fraction"], r["seed"])].append(r)
+    n_methods = len({r["method"] for r in rows})
+    acc = defaultdict(list)
+    for (alpha, *_), rs in groups.items():
+        if len(rs) == n_methods:
+            for r, k in zip(rs, rankdata([r["nll"] for r in rs])):
+                acc[(r["method"], alpha)].append(float(k))
+    return [{"method": m, "alpha": a, "mean_rank": float(np.mean(v)), "n": len(v)} for (m, a), v in sorted(acc.items())]
+
+
+def figure(alpha_ranks, across, path) -> None:
+    """Figure 1: per method, the mean rank of each α (line), each point coloured by the method's mean rank
+    among the methods at that α (blue = better, red = worse)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from _common import shrink_png
+    methods = sorted({r["method"] for r in alpha_ranks})
+    colour = {(r["method"], r["alpha"]): r["mean_rank"] for r in across}
+    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 2.8), sharey=True)
+    for ax, m in zip(np.atleast_1d(axes), methods):
+        rs = sorted((r for r in alpha_ranks if r["method"] == m), key=lambda r: r["alpha"])
+        a, k = [r["alpha"] for r in rs], [r["mean_rank"] for r in rs]
+        ax.plot(a, k, color="0.6", zorder=1)
+        sc = ax.scatter(a, k, c=[colour.get((m, x), np.nan) for x in a], cmap="coolwarm", s=40, zorder=2,
+                        vmin=min(colour.values()), vmax=max(colour.values()), edgecolors="0.3", linewidths=0.5)
+        ax.set_title(m.upper())
+        ax.set_xlabel("α")
+    np.atleast_1d(axes)[0].set_ylabel("mean rank of α (test NLL)")
+    fig.colorbar(sc, ax=axes, label="mean rank among methods")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    shrink_png(path)
+
+
 def table(rows) -> str:
     """Markdown table of test NLL, mean over splits, per set × method (rows) and α (columns); the lowest
     NLL of each row in bold, and the number of splits."""
@@ -79,13 +119,17 @@ def merge(paths, out, keep_alphas=None):
     complete = [r for k, rs in groups.items() if len(rs) == len(alphas[k[0]]) for r in rs]
     fractions = sorted({r["fraction"] for r in complete})
     by_fraction = {f"{f:g}": ranks([r for r in complete if r["fraction"] == f]) for f in fractions}
-    path = write(out, {"config": {"merged": paths}, "runs": rows, "ranks": ranks(complete),
-                       "ranks_by_fraction": by_fraction})
+    across = method_ranks(complete)
+    path = write(out, {"config": {"merged": paths, "alphas": keep_alphas}, "runs": rows, "ranks": ranks(complete),
+                       "ranks_by_fraction": by_fraction, "method_ranks": across})
+    figure(ranks(complete), across, path.with_suffix(".png"))
     for f in fractions:
         print(f"\nM = {f:g} N\n" + table([r for r in complete if r["fraction"] == f]))
     for f, rk in [("all", ranks(complete))] + list(by_fraction.items()):
         for r in rk:
             print(f"M={f:4s} {r['method']:6s} alpha={r['alpha']:<5g} mean rank {r['mean_rank']:.2f} (n={r['n']})")
+    for r in across:
+        print(f"among methods at alpha={r['alpha']:<5g} {r['method']:6s} mean rank {r['mean_rank']:.2f} (n={r['n']})")
     print(f"{len(rows)} runs, {len(complete)} in complete groups; wrote", path)
 
 
