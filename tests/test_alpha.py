@@ -244,3 +244,34 @@ def test_power_ep_at_small_alpha_updates_sites_instead_of_skipping_them():
     d1 = per_latent(st.c1, fac.latent, C)
     Vt = st.V.transpose(0, 1)
     torch.testing.assert_close(st.Lam, Vt.mT @ (d1[..., None] * Vt), rtol=1e-8, atol=1e-8)
+
+
+def test_power_ep_keeps_updating_after_a_large_step_in_the_length_scales():
+    # q was proper with its sites along their stored directions, so ``restore`` kept it; moved to the
+    # directions of the new kernel a negative-precision site broke definiteness, no damping could help
+    # (ρ → 0 leaves the moved sites), and every later update skipped all 300 factors without changing q
+    from sgpc.ep import TiedSites, _is_pd, _replace_sites, _whitened_precision, directions
+    g = torch.Generator().manual_seed(0)
+    N, C, M = 300, 6, 10
+    X = torch.randn(N, 2, generator=g)
+    y = (X @ torch.randn(2, C, generator=g)).argmax(1)
+    model = SparseGP(K.RBF(2, C, noise=1e-3), RobustMax(C, epsilon=1e-3), X[:M].clone().repeat(C, 1, 1))
+    ep = EP(alpha=1e-3, factor="likelihood")
+    st = ep.init(model, X, y, None)
+    for _ in range(5):
+        st = ep.update(model, st, X, y, N)
+    raw = model.kernel.raw_lengthscale
+    steps = [torch.randn(raw.shape, generator=g) for _ in range(6)]
+    with torch.no_grad():
+        raw.add_(steps[-1])                                    # one large hyper-parameter step
+        Lk = model.chol_Kuu()
+        V, _ = directions(model, X, Lk)
+        fac = ep.factors(model, y)
+        moved = _replace_sites(st.Lam, st.h, st.V.transpose(0, 1), V, st.c1, st.c2, st.c1, st.c2, fac.latent)
+        assert _is_pd(_whitened_precision(Lk, TiedSites(st.Lam, st.h))[0])       # restore sees nothing wrong
+        assert not _is_pd(_whitened_precision(Lk, TiedSites(*moved))[0])        # the case this test is about
+    for _ in range(3):
+        before, skipped = st.Lam.clone(), st.skipped
+        st = ep.update(model, st, X, y, N)
+        assert st.skipped == skipped and not torch.equal(st.Lam, before)
+    assert _is_pd(_whitened_precision(model.chol_Kuu(), TiedSites(st.Lam, st.h))[0])

@@ -482,6 +482,18 @@ class EP:
         c1_t = torch.where(ok[..., None], c1_new, c1_old)
         c2_t = torch.where(ok[..., None], c2_new, c2_old)
         Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent)
+        if not _is_pd(_whitened_precision(q.Lk, TiedSites(Lam0, h0))[0]):
+            # q was proper with the sites along their old directions (``restore``), but moved to the new
+            # ones a negative-precision site can break it — and then no damping helps, since ρ → 0 leaves
+            # θ̃₀: every later update skipped every factor (Power EP at small α after a large step in the
+            # length-scales). The sites are moved and shrunk as ``restore`` shrinks them, and the step
+            # starts from there.
+            state.V[idx] = V.transpose(0, 1)
+            state = self.restore(model, replace(state, Lam=Lam0, h=h0), q.Lk)
+            Lam0, h0 = state.Lam, state.h
+            c1_old, c2_old = state.c1[idx], state.c2[idx]
+            c1_t = torch.where(ok[..., None], c1_new, c1_old)
+            c2_t = torch.where(ok[..., None], c2_new, c2_old)
         dd1 = per_latent(c1_t - c1_old, fac.latent, L)
         dd2 = per_latent(c2_t - c2_old, fac.latent, L)
         dLam = V.mT @ (dd1[..., None] * V)
