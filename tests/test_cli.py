@@ -152,6 +152,29 @@ def test_libsvm_prediction_file_without_the_highest_feature_index(tmp_path, caps
     assert cli.main(["evaluate", str(model), str(new)]) == 0
 
 
+def test_libsvm_prediction_file_is_read_with_the_training_files_index_base(tmp_path, capsys):
+    # a 0-based training file; new rows whose feature 0 is zero never write index 0, so guessing
+    # their base from the file alone read them as 1-based: every feature shifted by one column
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 2] > 0.5)
+    train = tmp_path / "train.libsvm"
+    train.write_text("".join(f"{k} 0:{a:.4f} 1:{b:.4f} 2:{c:.4f}\n" for (a, b, c), k in zip(X, y)))
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
+    assert json.loads((tmp_path / "m.pt.json").read_text())["zero_based"] is True
+    implicit, explicit = tmp_path / "implicit.libsvm", tmp_path / "explicit.libsvm"
+    implicit.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:1.3\n")
+    explicit.write_text("0 0:0 1:0.5 2:-0.2\n1 0:0 1:-1.0 2:1.3\n")         # index 0 written: 0-based
+    for new in (implicit, explicit):
+        assert cli.main(["predict", str(model), str(new), "-o", str(tmp_path / f"{new.stem}.csv")]) == 0
+    np.testing.assert_array_equal(_read_csv(tmp_path / "implicit.csv")[1], _read_csv(tmp_path / "explicit.csv")[1])
+    for new in (implicit, explicit):
+        assert cli.main(["evaluate", str(model), str(new), "-o", str(tmp_path / f"{new.stem}.json")]) == 0
+    assert json.loads((tmp_path / "implicit.json").read_text())["nll"] == \
+        json.loads((tmp_path / "explicit.json").read_text())["nll"]
+
+
 def test_demo_writes_figure(tmp_path, capsys):
     assert cli.main(["demo", "--max-iter", "5", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -203,6 +203,76 @@ def test_question_mark_in_categorical_column(tmp_path):
     assert ds.feature_names == ("job=?", "job=clerk", "job=sales")
 
 
+@pytest.mark.parametrize("token", ["NA", "N/A", "NaN", "nan", "null"])
+def test_other_missing_tokens_in_a_numeric_column_are_missing_values(tmp_path, token):
+    # "NA" (R's missing value) made the column fail to parse as numbers, so it became categorical
+    # codes in string order (2 -> 0, 4 -> 1, NA -> 2) without a word
+    path = tmp_path / "na.csv"
+    path.write_text(f"a,b,target\n1.5,2,1\n10,{token},2\n9,4,1\n")
+    with pytest.raises(ValueError, match=f"column 'b'.*'{token}' at row 2 of"):
+        datasets.load_file(path)
+    with pytest.raises(ValueError, match="column 'b'"):
+        datasets.load_file(path, missing="category")
+
+
+def test_na_in_a_categorical_column_is_missing_unless_a_category(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("job,target\nclerk,a\nNA,b\nsales,a\n")
+    with pytest.raises(ValueError, match=r"column 'job'.*'NA' at row 2.*missing='category'"):
+        datasets.load_file(path)
+    assert datasets.load_file(path, missing="category").levels == {"job": ("NA", "clerk", "sales")}
+
+
+def test_missing_labels_are_an_error_naming_the_rows(tmp_path):
+    # they became classes: 'NA' and 'nan' in a CSV, NaN in a float Parquet column
+    path = tmp_path / "labels.csv"
+    path.write_text("a,target\n1,1\n2,NA\n3,2\n4,nan\n")
+    with pytest.raises(ValueError, match=r"label column 'target'.*'NA' at row 2 of .* and 1 more row"):
+        datasets.load_file(path, missing="category")
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"a": [1.0, 2.0, 3.0], "target": [1.0, np.nan, 2.0]}), path)
+    with pytest.raises(ValueError, match=r"label column 'target'.*'nan' at row 2 of"):
+        datasets.load_file(path)
+
+
+def test_a_csv_without_a_header_row_is_an_error(tmp_path):
+    # the first data row became the header: one row lost, columns named '1.5' and '2.0'
+    path = tmp_path / "bare.csv"
+    path.write_text("1.5,2.0,1\n3.5,4.0,2\n5.5,6.0,1\n")
+    with pytest.raises(ValueError, match="no header row.*add a header row"):
+        datasets.load_file(path)
+    with pytest.raises(ValueError, match="no header row"):
+        datasets.read_features(path)
+
+
+def test_a_column_without_a_name_is_an_error(tmp_path):
+    # pandas' to_csv writes its index as a first column with an empty name: it became a feature
+    path = tmp_path / "indexed.csv"
+    path.write_text(",a,target\n0,1.5,1\n1,3.5,2\n2,5.5,1\n")
+    with pytest.raises(ValueError, match="column 1 of .* has no name.*index=False"):
+        datasets.load_file(path)
+
+
+@pytest.mark.parametrize("text", ["a;b;target\n1;2;1\n3;4;2\n", "target\n1\n2\n"],
+                         ids=["semicolons", "label-only"])
+def test_a_file_of_one_column_is_an_error_about_the_delimiter(tmp_path, text):
+    # a ';'-separated file read as one column: 0 features, whole lines as labels
+    path = tmp_path / "semicolons.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="single column.*comma-separated.*delimiter"):
+        datasets.load_file(path)
+
+
+def test_upper_case_gz_is_read_as_gzip(small_csv, tmp_path):
+    # the format was inferred case-insensitively but the file opened as plain text (UnicodeDecodeError)
+    path = tmp_path / "PETS.CSV.GZ"
+    with gzip.open(path, "wt") as f:
+        f.write(CSV_TEXT)
+    np.testing.assert_array_equal(datasets.load_file(path).X, datasets.load_file(small_csv).X)
+
+
 def test_ragged_csv_row_is_an_error(tmp_path):
     path = tmp_path / "ragged.csv"
     path.write_text("a,b,target\n1,2,x\n3,y\n")
@@ -222,6 +292,30 @@ def test_load_file_libsvm(tmp_path):
     with pytest.raises(ValueError, match="fmt="):
         datasets.load_file(txt)
     np.testing.assert_array_equal(datasets.load_file(txt, fmt="libsvm").X, ds.X)
+
+
+def test_libsvm_index_base_is_chosen_and_kept_for_new_data(small_csv, tmp_path):
+    # both files 0-based; the new one never uses index 0, so guessing its base alone ("auto") reads it
+    # as 1-based and shifts every column by one
+    train, new = tmp_path / "train.libsvm", tmp_path / "new.libsvm"
+    train.write_text("1 0:0.5 2:1.0\n2 1:2.0\n")
+    new.write_text("0 2:1.0\n0 1:2.0\n")
+    ds = datasets.load_file(train)
+    assert ds.zero_based is True
+    np.testing.assert_array_equal(ds.X, [[0.5, 0, 1], [0, 2, 0]])
+    expected = [[0, 0, 1], [0, 2, 0]]
+    X, _ = datasets.read_features(new, n_features=3, zero_based=ds.zero_based)
+    np.testing.assert_array_equal(X, expected)
+    np.testing.assert_array_equal(datasets.load_file(new, zero_based=True, n_features=3).X, expected)
+    guessed = datasets.load_file(new)
+    assert guessed.zero_based is False and guessed.X.tolist() == [[0, 1], [2, 0]]   # the guess, as documented
+    with pytest.raises(ValueError, match="index 0, so it is not 1-based; pass zero_based=True"):
+        datasets.load_file(train, zero_based=False)
+    with pytest.raises(ValueError, match="has 3 features .*0-based.*the model has 2"):
+        datasets.read_features(train, n_features=2, zero_based=True)
+    with pytest.raises(ValueError, match="zero_based must be one of"):
+        datasets.load_file(train, zero_based="yes")
+    assert datasets.load_file(small_csv).zero_based is None                      # not LIBSVM
 
 
 def test_load_file_parquet_equals_csv(small_csv, tmp_path):
@@ -375,6 +469,8 @@ def test_connect4_binary_is_loss_vs_rest(shared):
     ds = datasets.load("connect-4-binary", shared)
     labels, counts = np.unique(ds.y, return_counts=True)
     assert dict(zip(labels, counts)) == {"loss": 16635, "draw-or-win": 6449 + 44473}
+    # the board's 42 categorical columns keep connect-4's levels (they were dropped: {})
+    assert ds.levels == datasets.load("connect-4", shared).levels and len(ds.levels) == 42
 
 
 @pytest.mark.data

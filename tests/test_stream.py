@@ -272,6 +272,19 @@ def test_streamed_labels_are_checked_as_for_arrays(tmp_path):
         stream.ParquetSource(path, "label", features=["x0", "label"])
 
 
+def test_streamed_string_labels_are_stripped_as_load_file_strips_them(tmp_path):
+    # " a" and "a " were two classes when streamed but one in load_file: the streamed labels of a file
+    # were not the classes of a model fitted on the same file in memory
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from sgpc import datasets
+    path = tmp_path / "spaces.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0, 3.0], "label": ["a ", " a", "b"]}), path)
+    y = stream.ParquetSource(path, "label").read(0)[1]
+    np.testing.assert_array_equal(y, datasets.load_file(path, target="label").y)
+    assert y.tolist() == ["a", "a", "b"]
+
+
 def test_a_pickled_npy_source_carries_paths_not_rows(tmp_path):
     import pickle
     X, y = _data(n=5000)

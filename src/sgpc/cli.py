@@ -14,8 +14,10 @@ writes files and prints. It holds no maths, and no modelling choice beyond the d
 
 The sidecar. ``fit`` writes, next to MODEL.pt, a JSON file ``MODEL.pt.json`` holding what the model
 file does not: the data it was fitted on (name or path, ``source`` "name"/"file", ``seed``,
-``target``, ``data_dir``), the feature names, and the standardisation (``mean`` [D], ``std`` [D];
-features are fed to the model as (x − mean) / std). ``predict`` and ``evaluate`` need it.
+``target``, ``data_dir``), the feature names, the categorical ``levels`` and, for a LIBSVM file, the
+index base ``zero_based`` (new LIBSVM files are read with the training file's), and the standardisation
+(``mean`` [D], ``std`` [D]; features are fed to the model as (x − mean) / std). ``predict`` and
+``evaluate`` need it.
 
 Errors a user can fix (unknown data set, missing file, a file that is not an sgpc model, bad values)
 print one line to stderr and exit with status 2; ``--debug`` shows the traceback instead.
@@ -211,14 +213,15 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
     return est, side
 
 
-def _read_features(path: str, target, n_features: int | None = None, levels: dict | None = None
-                   ) -> tuple[np.ndarray, tuple[str, ...]]:
+def _read_features(path: str, target, n_features: int | None = None, levels: dict | None = None,
+                   zero_based: bool | str = "auto") -> tuple[np.ndarray, tuple[str, ...]]:
     """Feature matrix [N,D] of a file and its column names; the ``target`` column (when given) is dropped.
     ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index;
-    ``levels``: the training file's categorical levels (the sidecar's)."""
+    ``levels``, ``zero_based``: the training file's categorical levels and LIBSVM index base (the sidecar's)."""
     _require_file(path, "file")
     try:
-        return datasets.read_features(path, target=target, n_features=n_features, levels=levels)
+        return datasets.read_features(path, target=target, n_features=n_features, levels=levels,
+                                      zero_based=zero_based)
     except ValueError as exc:
         raise CLIError(f"{exc} (or pass --target COL)") from None
 
@@ -227,6 +230,13 @@ def _levels(side: dict) -> dict | None:
     """The training file's categorical levels from a sidecar; None for a model fitted on a named set
     (its features are numeric) or a sidecar written before levels were recorded."""
     return side.get("levels") if side.get("source") == "file" else None
+
+
+def _zero_based(side: dict) -> bool | str:
+    """The training LIBSVM file's index base from a sidecar; "auto" (guess per file) for a model fitted on
+    another format or a named set, or a sidecar written before the base was recorded."""
+    base = side.get("zero_based") if side.get("source") == "file" else None
+    return "auto" if base is None else bool(base)
 
 
 def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) -> np.ndarray:
@@ -354,7 +364,8 @@ def _cmd_fit(args) -> int:
     sidecar = _write_sidecar(args.output, {
         "data": args.data if source == "file" else ds.name, "source": source, "seed": args.seed,
         "target": args.target, "data_dir": args.data_dir, "feature_names": list(ds.feature_names),
-        "levels": {k: list(v) for k, v in ds.levels.items()}, "mean": mean.tolist(), "std": std.tolist()})
+        "levels": {k: list(v) for k, v in ds.levels.items()}, "zero_based": ds.zero_based,
+        "mean": mean.tolist(), "std": std.tolist()})
     objective = est.history_["objective"][-1] if est.history_["objective"] else float("nan")
     print(f"fitted {est.method} on {what}: N={X.shape[0]} D={X.shape[1]} C={len(est.classes_)} "
           f"M={min(est.n_inducing, X.shape[0])}, {est.n_iter_} iterations in {seconds:.1f} s, "
@@ -366,7 +377,7 @@ def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
         _check_writable(args.output, args.model, _sidecar_path(args.model), args.file)
-    X, names = _read_features(args.file, args.target, len(side["mean"]), _levels(side))
+    X, names = _read_features(args.file, args.target, len(side["mean"]), _levels(side), _zero_based(side))
     X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
     proba = est.predict_proba(X)
     _write_csv(args.output, est.classes_.tolist(), proba)
@@ -392,7 +403,7 @@ def _cmd_evaluate(args) -> int:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
         ds = datasets.load_file(args.data, target=-1 if target is None else target,
-                                n_features=len(side["mean"]), levels=_levels(side))
+                                n_features=len(side["mean"]), levels=_levels(side), zero_based=_zero_based(side))
         X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")

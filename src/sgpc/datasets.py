@@ -7,7 +7,8 @@ What it does:
   bundled sets, and returns a `Dataset`: an all-numeric float64 feature matrix ``X [N, D]``, the
   labels ``y [N]`` as the source gives them (ints or strings), and the source's own test split in
   ``X_test``/``y_test`` where it has one.
-- `load_file(path)` does the same for a user's CSV (optionally gzip'd), Parquet or LIBSVM file.
+- `load_file(path)` does the same for a user's CSV (comma-separated, with a header row; optionally
+  gzip'd), Parquet or LIBSVM file.
 - `train_test(name)` applies the split protocol of the paper that used the set (`PROTOCOLS`) and
   standardises the features with training statistics only (`standardize`).
 
@@ -16,10 +17,10 @@ codes in sorted order of the distinct strings) or one-hot columns named ``column
 (``categorical="onehot"``).
 
 What it deliberately does not do: download anything (a fresh install without a data directory still
-has "digits", "iris", "wine-sklearn" and "breast-cancer"), impute missing values (a missing value is
-an error naming the column and row, except in adult and mushroom where ``?`` is a category of its
-own, and in nycflights13 where incomplete rows are dropped as documented there), cache results,
-or use pandas.
+has "digits", "iris", "wine-sklearn" and "breast-cancer"), impute missing values (a missing value,
+written as one of `MISSING_TOKENS`, is an error naming the column and row, except in adult and
+mushroom where ``?`` is a category of its own, and in nycflights13 where incomplete rows are dropped
+as documented there), cache results, or use pandas.
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ __all__ = [
 CATEGORICAL_MODES = ("ordinal", "onehot")
 MISSING_MODES = ("error", "category")
 FILE_FORMATS = ("csv", "parquet", "libsvm")
-MISSING_TOKENS = ("?", "")  # how the staged CSVs (and most UCI files) write a missing value
+# How a missing value is written: "?" and "" by the staged CSVs (and most UCI files), "NA" by R,
+# "N/A", "NaN", "nan" and "null" by pandas, spreadsheets and JSON exports. Without "NA" here a numeric
+# column holding one would not parse as numbers and would silently become categorical codes.
+MISSING_TOKENS = ("?", "", "NA", "N/A", "NaN", "nan", "null")
+ZERO_BASED_MODES = (True, False, "auto")
 _DATA_MARKERS = ("MANIFEST.md", "uci", "mnist", "flights")  # a data directory holds one of these
 _PARQUET_HINT = "reading Parquet files needs pyarrow: pip install sgpc[parquet]"
 
@@ -76,6 +81,9 @@ class Dataset:
             split, not a paper's protocol that happens to share the file's name.
         levels: for a file, the levels of each categorical column, {column: (level, ...)} in code
             order; pass them to `load_file`/`read_features` of new data so that its codes are these.
+        zero_based: for a LIBSVM file, whether its feature indices were read as 0-based (as given to
+            `load_file`, or as "auto" guessed them); pass it as ``zero_based`` to `load_file`/
+            `read_features` of new data so that its columns are these. None for other formats.
     """
 
     name: str
@@ -87,6 +95,7 @@ class Dataset:
     description: str = ""
     user_file: bool = False
     levels: dict = field(default_factory=dict)
+    zero_based: bool | None = None
 
     def __post_init__(self):
         _check_xy(self.name, "X/y", self.X, self.y, len(self.feature_names))
@@ -339,7 +348,7 @@ def load(
         base = _load_csv_source(key, _CSV_SOURCES["connect-4"], root, categorical, max_rows)
         y = np.where(base.y == "loss", "loss", "draw-or-win")
         note = "connect-4 with labels 'loss' vs 'draw-or-win' (Liu et al.'s binary target)."
-        return Dataset(key, base.X, y, base.feature_names, description=note)
+        return Dataset(key, base.X, y, base.feature_names, description=note, levels=base.levels)
     return _load_csv_source(key, _CSV_SOURCES[_ALIASES.get(key, key)], root, categorical, max_rows)
 
 
@@ -352,6 +361,7 @@ def load_file(
     missing: str = "error",
     n_features: int | None = None,
     levels: Mapping[str, Sequence[str]] | None = None,
+    zero_based: bool | str = "auto",
 ) -> Dataset:
     """Load a user's data file: CSV (header row; optionally .gz), Parquet or LIBSVM.
 
@@ -365,9 +375,9 @@ def load_file(
             whose label is always first.
         fmt: "csv", "parquet" or "libsvm"; required for names like .txt.
         categorical: "ordinal" or "onehot".
-        missing: "error" (a missing value '?' or '' raises ValueError naming the column and row) or
-            "category" (in a categorical column it is a category of its own; numeric columns still
-            raise).
+        missing: "error" (a missing value, one of `MISSING_TOKENS`: '?', '', 'NA', 'N/A', 'NaN', 'nan',
+            'null', raises ValueError naming the column and row) or "category" (in a categorical
+            column it is a category of its own; numeric columns and the label still raise).
         n_features: LIBSVM only: the number of features (a file read for a fitted model whose rows never
             use the highest index would otherwise come out narrower); None: the highest index present.
             Other formats ignore it (their width is their columns).
@@ -375,13 +385,19 @@ def load_file(
             encoded with those levels (not with this file's own, which may lack some and shift every
             code); a value outside them, or a text value in a column that was numeric, is a
             ValueError naming the column and row. None: codes from this file alone.
+        zero_based: LIBSVM only: True if the feature indices start at 0, False if at 1, "auto" to guess
+            from this file alone (0-based when some row uses index 0, else 1-based). A 0-based file whose
+            rows never use index 0 is then read as 1-based, every column shifted by one: for new data
+            pass the training file's ``Dataset.zero_based``. Other formats ignore it.
 
     Returns:
-        A `Dataset` named after the file's stem, without a test split.
+        A `Dataset` named after the file's stem, without a test split; for LIBSVM its ``zero_based``
+        is the base used.
     """
     path = pathlib.Path(path)
     _check_choice("categorical", categorical, CATEGORICAL_MODES)
     _check_choice("missing", missing, MISSING_MODES)
+    _check_choice("zero_based", zero_based, ZERO_BASED_MODES)
     if fmt is None:
         fmt = _infer_format(path)
     _check_choice("fmt", fmt, FILE_FORMATS)
@@ -389,11 +405,15 @@ def load_file(
         raise DataNotFoundError(f"file not found: {path}")
     stem = path.name.split(".")[0]
     if fmt == "libsvm":
-        return replace(_load_libsvm(path, stem, n_features), user_file=True)
+        return replace(_load_libsvm(path, stem, n_features, zero_based), user_file=True)
     if fmt == "parquet":
         header, columns = _read_parquet_columns(path)
     else:
         header, columns = _read_csv(path)
+    if len(header) < 2:
+        delimiter = "; sgpc reads comma-separated files: check the delimiter" if fmt == "csv" else ""
+        raise ValueError(f"{path} has the single column {header}: no feature columns besides the label"
+                         f"{delimiter}")
     return replace(_table_to_dataset(
         stem, header, columns, _target_index(header, target), categorical,
         missing_as_category=(missing == "category"), locate=lambda i: f"row {i + 1} of {path}",
@@ -403,26 +423,29 @@ def load_file(
 
 def read_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None,
                   n_features: int | None = None, levels: Mapping[str, Sequence[str]] | None = None,
-                  categorical: str = "ordinal") -> tuple[np.ndarray, tuple[str, ...]]:
+                  categorical: str = "ordinal", zero_based: bool | str = "auto"
+                  ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Numeric feature matrix [N,D] and column names of a file that may have no label column.
 
     For new data at prediction time: CSV/CSV.gz, Parquet or LIBSVM (whose label is always first and
     is dropped). ``target`` names a column to drop when the file has one. A non-numeric column is
     encoded only with the training data's ``levels`` (as in `load_file`, with ``categorical`` as
-    there); without them it is refused: its codes would be this file's own. ``n_features``: as for
-    `load_file` (LIBSVM only).
+    there); without them it is refused: its codes would be this file's own. ``n_features`` and
+    ``zero_based``: as for `load_file` (LIBSVM only; pass the training file's ``Dataset.zero_based``).
     """
     path = pathlib.Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     fmt = fmt or _infer_format(path)
     if fmt == "libsvm":
-        ds = load_file(path, fmt="libsvm", n_features=n_features)
+        ds = load_file(path, fmt="libsvm", n_features=n_features, zero_based=zero_based)
         return ds.X, ds.feature_names
     names, columns = (_read_parquet_columns if fmt == "parquet" else _read_csv)(path)
     if target is not None:
         drop = _target_index(names, target)
         names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
+    if not names:
+        raise ValueError(f"{path} has no feature columns besides the label {target!r}")
     _check_choice("categorical", categorical, CATEGORICAL_MODES)
     locate = lambda i: f"row {i + 1} of {path}"                                    # noqa: E731
     parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
@@ -559,14 +582,23 @@ class _Categorical:
 
 
 def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str], list[np.ndarray]]:
-    """Header and stripped string columns of a CSV file (gzip'd when its name ends in .gz)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
+    """Header and stripped string columns of a CSV file (gzip'd when its name ends in .gz or .GZ)."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
     with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = [h.strip() for h in next(reader, [])]
         rows = [row for row in itertools.islice(reader, max_rows) if row]
     if not header:
         raise ValueError(f"{path} is empty; a header row is required")
+    if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
+        raise ValueError(f"{path} reads as the single column {header[0]!r}: sgpc reads comma-separated "
+                         "files; check the delimiter (write the file with ',' between values)")
+    if all(_parses_as_number(np.array(header))):
+        raise ValueError(f"{path} seems to have no header row: its first row {header[:5]} is all numbers. "
+                         "sgpc reads the first row as column names: add a header row (e.g. x1,x2,...,label)")
+    if "" in header:
+        raise ValueError(f"column {header.index('') + 1} of {path} has no name in the header row (a pandas "
+                         "index written by to_csv? write with index=False); name it or drop it")
     for i, row in enumerate(rows):
         if len(row) != len(header):
             raise ValueError(
@@ -651,12 +683,17 @@ def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str]) -
     """Labels [N]: int64 when every label is an integer (possibly written 1.0), else str."""
     if values.dtype.kind in "iub":  # already typed (Parquet)
         return values.astype(np.int64)
+    if values.dtype.kind == "f":  # NaN is how Parquet float columns (and pandas) write a missing label
+        missing = ~np.isfinite(values)
+    else:
+        missing = np.isin(values, MISSING_TOKENS)
+    if missing.any():
+        i, n = int(np.argmax(missing)), int(missing.sum())
+        more = f" and {n - 1} more row(s)" if n > 1 else ""
+        raise ValueError(f"label column {name!r} has the missing value {str(values[i])!r} at {locate(i)}{more}; "
+                         "every row needs a class label: fix or drop those rows")
     if values.dtype.kind == "f":
         return values.astype(np.int64) if np.all(values == np.round(values)) else values
-    missing = np.isin(values, MISSING_TOKENS)
-    if missing.any():
-        i = int(np.argmax(missing))
-        raise ValueError(f"label column {name!r} has the missing value {str(values[i])!r} at {locate(i)}")
     try:
         return values.astype(np.int64)
     except ValueError:
@@ -796,22 +833,34 @@ def _read_parquet_columns(path: pathlib.Path) -> tuple[list[str], list[np.ndarra
     return table.column_names, columns
 
 
-def _load_libsvm(path: pathlib.Path, name: str, n_features: int | None = None) -> Dataset:
+def _load_libsvm(path: pathlib.Path, name: str, n_features: int | None = None,
+                 zero_based: bool | str = "auto") -> Dataset:
     """A LIBSVM/SVMlight file (label first, then index:value pairs) as a dense Dataset ([N, n_features]
-    when given)."""
+    when given); ``zero_based`` as for `load_file`, the base used kept in ``Dataset.zero_based``."""
     from sklearn.datasets import load_svmlight_file
 
-    try:
-        X, y = load_svmlight_file(str(path), n_features=n_features)
-    except ValueError as exc:
-        if n_features is None:
-            raise
-        raise ValueError(f"{path}: {exc} (the model has {n_features} features)") from None
+    # read the indices as written (zero_based=True shifts nothing) and apply the base here: sklearn's
+    # "auto" does not say which base it chose, and new data must be read with the same one
+    X, y = load_svmlight_file(str(path), zero_based=True)
+    uses_zero = X.nnz > 0 and int(X.indices.min()) == 0
+    if zero_based == "auto":
+        zero_based = uses_zero or X.nnz == 0  # sklearn's guess: 1-based unless some row uses index 0
+    if not zero_based:
+        if uses_zero:
+            raise ValueError(f"{path} uses the feature index 0, so it is not 1-based; pass zero_based=True "
+                             "(or \"auto\")")
+        X = X[:, 1:]
     X = np.asarray(X.toarray(), dtype=np.float64)
+    if n_features is not None:
+        if X.shape[1] > n_features:
+            base = "0-based" if zero_based else "1-based"
+            raise ValueError(f"{path} has {X.shape[1]} features (indices read as {base}), but the model has "
+                             f"{n_features}")
+        X = np.pad(X, ((0, 0), (0, n_features - X.shape[1])))
     if np.all(y == np.round(y)):
         y = y.astype(np.int64)
     names = tuple(f"x{j + 1}" for j in range(X.shape[1]))
-    return Dataset(name, X, y, names, description=f"loaded from {path} (LIBSVM)")
+    return Dataset(name, X, y, names, description=f"loaded from {path} (LIBSVM)", zero_based=bool(zero_based))
 
 
 def _load_sklearn(key: str, max_rows: int | None) -> Dataset:

@@ -106,8 +106,9 @@ class ParquetSource:
                              f"in row group {block}")
         y = label.to_numpy(zero_copy_only=False)
         # string labels as a fixed-width array, not Python objects: a kept sample of object labels
-        # would pin the interpreter's memory arenas of every block it came from
-        return X, y.astype(str) if y.dtype == object else y
+        # would pin the interpreter's memory arenas of every block it came from; stripped, as
+        # datasets.load_file strips them, so that " a" and "a" are one class either way
+        return X, np.char.strip(y.astype(str)) if y.dtype == object else y
 
     def __getstate__(self):          # ParquetFile holds an open handle: re-open after unpickling
         return {"path": self.path, "target": self.target, "features": self.features}
