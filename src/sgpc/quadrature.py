@@ -247,8 +247,8 @@ def log_prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tenso
 class _LabelLargest(torch.autograd.Function):
     """P(f_c largest) = Σ_j w_j Π_{k≠c} Φ(u_jk), u_jk = (m_c + s_c z_j − m_k)/s_k, s = √v, on Gauss–Hermite
     nodes, with its gradient written out: the VI objective's hottest function. Autograd's backward through
-    the element-wise steps over [N,J,C] (and the cumulative products behind ``prod``'s) took three times
-    the forward pass (~1.15 ms against 0.38 at [200, 32, 6], one thread); this one takes ~0.7 ms. With G_jk = φ(u_jk) Π_{k'≠k,c} Φ(u_jk') (zero at k = c),
+    the element-wise steps over [N,J,C] (and the cumulative products behind ``prod``'s) took about three
+    times the forward pass (design notes, "Quadrature"). With G_jk = φ(u_jk) Π_{k'≠k,c} Φ(u_jk') (zero at k = c),
 
         ∂P/∂m_k = −Σ_j w_j G_jk / s_k (k ≠ c),   ∂P/∂m_c = Σ_k Σ_j w_j G_jk / s_k,
         ∂P/∂s_k = −Σ_j w_j G_jk u_jk / s_k (k ≠ c),   ∂P/∂s_c = Σ_k Σ_j w_j z_j G_jk / s_k,
