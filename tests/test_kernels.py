@@ -177,3 +177,18 @@ def test_k_uu_from_differences_stays_psd_at_tiny_length_scales():
     assert Kxx[0, 60] == Kxx[0, 0] == 1.0                             # duplicates exactly equal
     ref = torch.exp(-0.5 * (((X[:, None, :] - X[None, :, :]) / kernel.lengthscale[0]) ** 2).sum(-1))
     torch.testing.assert_close(Kxx, ref, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("shared_inputs", [True, False])
+def test_k_from_differences_with_one_length_scale_for_every_feature(shared_inputs):
+    # ard=False keeps one length-scale ([S, 1]); the differences' 2-D branch multiplied [N,N,D] by it as a
+    # matrix and failed for D > 1 (K(X, X) at ℓ = 0.01, or K_uu of unstandardised inducing inputs)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    if not shared_inputs:
+        X = X.expand(2, 6, 3) * torch.tensor([1.0, 2.0], dtype=torch.float64)[:, None, None]
+    for ls in (1.0, 0.01):
+        kernel = K.RBF(3, 2 if not shared_inputs else 1, ard=False, lengthscale=ls)
+        Kxx = kernel(X, X)
+        ref = torch.exp(-0.5 * ((X[..., :, None, :] - X[..., None, :, :]) ** 2).sum(-1) / ls ** 2)
+        torch.testing.assert_close(Kxx, ref.expand_as(Kxx), rtol=0, atol=1e-14)

@@ -306,3 +306,54 @@ def test_resume_on_other_rows_or_another_kernel_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="another model"):
         GPClassifier(max_iter=8, kernel="matern52", **kw).fit(X, y, resume=True)
     GPClassifier(max_iter=8, **kw).fit(X, y, resume=True)          # the same rows resume
+
+
+def test_lr_decay_is_per_pass_when_the_batch_does_not_divide_the_rows(tmp_path):
+    # 40 rows in batches of 12: a pass is 3 steps (the incomplete last batch is dropped), so 9 steps are 3
+    # passes and lr = 0.05 · 0.5³; the factor 0.5^(12/40) per step gave 0.05 · 0.5^2.7
+    ck = str(tmp_path / "ck.pt")
+    run(TrainSettings(learning_rate=0.05, lr_decay=0.5, max_iter=9, batch_size=12, checkpoint_path=ck, checkpoint_every=9))
+    assert load_checkpoint(ck)["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.05 * 0.5 ** 3, rel=1e-12)
+
+
+class _NaNAtCall(VI):
+    """VI whose loss is NaN at one given evaluation (counted from 1; 0: never)."""
+
+    def __init__(self, bad):
+        super().__init__()
+        object.__setattr__(self, "bad", bad)
+        object.__setattr__(self, "calls", 0)
+
+    def loss(self, model, state, X, y, n_total, idx=None):
+        object.__setattr__(self, "calls", self.calls + 1)
+        out = super().loss(model, state, X, y, n_total, idx)
+        return out * float("nan") if self.calls == self.bad else out
+
+
+def test_a_resumed_fit_rolls_back_a_bad_first_step_as_the_uninterrupted_one_does(tmp_path):
+    # the rollback point was not in the checkpoint: a NaN at the first step after resuming raised
+    # FloatingPointError where the uninterrupted fit rejected the step and carried on
+    def go(engine, settings, resume=False):
+        model, X, y = problem()
+        state = engine.init(model, X, y, torch.Generator())
+        state, hist = fit(model, engine, state, X, y, settings, generator=torch.Generator().manual_seed(7),
+                          resume=resume)
+        return flat(model, state), hist
+
+    ck = str(tmp_path / "ck.pt")
+    straight, h0 = go(_NaNAtCall(6), TrainSettings(max_iter=10, batch_size=8, learning_rate=0.05))
+    go(_NaNAtCall(0), TrainSettings(max_iter=5, batch_size=8, learning_rate=0.05, checkpoint_path=ck, checkpoint_every=5))
+    resumed, h1 = go(_NaNAtCall(1), TrainSettings(max_iter=10, batch_size=8, learning_rate=0.05, checkpoint_path=ck,
+                                                   checkpoint_every=5), resume=True)
+    assert h0.iteration == [1, 2, 3, 4, 5, 7, 8, 9, 10] and h1.iteration == h0.iteration
+    assert h1.events == h0.events and "iteration 6" in h0.events[0]["reason"]
+    torch.testing.assert_close(resumed, straight, rtol=0, atol=0)
+
+
+def test_resuming_an_in_memory_fit_with_another_batch_size_is_refused(tmp_path):
+    # it skipped or repeated rows of the epoch in progress (streamed fits already refused)
+    ck = str(tmp_path / "ck.pt")
+    run(TrainSettings(learning_rate=0.05, max_iter=3, batch_size=8, checkpoint_path=ck, checkpoint_every=3))
+    with pytest.raises(CheckpointError, match="batch_size=8, this fit has 10"):
+        run(TrainSettings(learning_rate=0.05, max_iter=6, batch_size=10, checkpoint_path=ck, checkpoint_every=3),
+            resume=True)

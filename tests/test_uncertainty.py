@@ -158,3 +158,19 @@ def test_active_learning_grows_to_n_inducing_and_gives_cold_refits_the_full_budg
                     (True, 2, 5, 5, False), (False, 5, 5, 5, False),
                     (True, 2, 6, 6, False), (False, 5, 6, 6, False),
                     (True, 2, 7, 6, True), (True, 2, 8, 6, True)]
+
+
+def test_refits_with_zero_iterations_take_no_optimiser_steps(monkeypatch):
+    # refit_max_iter=0 read as "unset" (``or``): the warm refits ran the estimator's whole max_iter
+    seen = []
+    real = GPClassifier.fit
+
+    def recording(self, *args, **kwargs):
+        seen.append((self.max_iter, self.warm_start))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPClassifier, "fit", recording)
+    X, y = _blobs(10, 2, sep=3.0)
+    est = GPClassifier(method="vi", n_inducing=2, max_iter=25, random_state=0)
+    U.active_learning(est, X, y, X, y, n_queries=2, refit_max_iter=0, acquisition="random", random_state=0)
+    assert seen == [(25, False), (0, True), (0, True)]

@@ -205,9 +205,9 @@ class Kernel(nn.Module):
         self._check(X)
         w = self._inv_sq_lengthscale().to(X.dtype)                                  # [S,D]
         diff = X[..., :, None, :] - X[..., None, :, :]                              # [N,N,D] or [L,N,N,D]
-        if X.ndim == 2:
+        if X.ndim == 2 and w.shape[-1] == X.shape[-1]:                              # ARD: one product
             return ((diff * diff) @ w.transpose(0, 1)).permute(2, 0, 1)
-        return ((diff * diff) * w[:, None, None, :]).sum(-1)
+        return ((diff * diff) * w[:, None, None, :]).sum(-1)      # [L,N,N,D], or one length-scale (w [S,1])
 
     def correlation(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
         """r(x, x'): [N,D] or [L,N,D], [M,D] or [L,M,D] -> [S,N,M] (S = 1 or L, broadcast by ``forward``).

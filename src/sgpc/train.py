@@ -99,7 +99,7 @@ class TrainSettings:
         progress: show a progress bar.
         max_time: stop after this many seconds of training (validation excluded); None = no limit.
         lr_decay: Adam only: the learning rate is multiplied by this factor per pass over the data
-            (by lr_decay^(|B|/N) after every step), in (0, 1]; 1 keeps it constant. Minibatch noise puts
+            (by lr_decay^(1/⌊N/|B|⌋) after every step), in (0, 1]; 1 keeps it constant. Minibatch noise puts
             a floor under what a constant rate reaches; a decaying rate goes below it.
     """
 
@@ -280,12 +280,16 @@ class _IndexStream:
         return self.X[idx], self.y[idx], idx
 
     def state_dict(self) -> dict:
-        return {"perm": self.perm, "pos": self.pos}
+        return {"perm": self.perm, "pos": self.pos, "batch_size": self.batch_size}
 
     def load_state_dict(self, d: dict) -> None:
         perm = d["perm"]
         if perm is not None and (perm.dim() != 1 or perm.numel() != self.X.shape[0]):
             raise ValueError(f"the checkpoint's epoch permutation has {perm.numel()} rows, the data {self.X.shape[0]}")
+        if "batch_size" in d and d["batch_size"] != self.batch_size:
+            # another batch size would skip or repeat rows of the epoch in progress (as streamed fits refuse)
+            raise ValueError(f"it was written with batch_size={d['batch_size']}, this fit has {self.batch_size}; "
+                             "resume with the same batch_size")
         self.perm, self.pos = perm, int(d["pos"])
 
 
@@ -487,9 +491,14 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
 
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
     last_good, rejected, in_a_row = None, 0, 0
-    # per-step factor of the learning-rate decay; the rate lives in the optimiser's state, so a resumed fit
-    # continues the schedule (and a rejected step's halving composes with it)
-    decay_per_step = settings.lr_decay ** (min(settings.batch_size or N, N) / N)
+    if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
+        last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], params)]
+        rejected = int(ck["rejected"])
+    # per-step factor of the learning-rate decay: lr_decay per pass over the data, i.e. per ⌊N/|B|⌋ steps (an
+    # epoch drops its incomplete last batch; the factor lr_decay^(|B|/N) fell short of lr_decay per pass
+    # whenever |B| does not divide N). The rate lives in the optimiser's state, so a resumed fit continues
+    # the schedule (and a rejected step's halving composes with it).
+    decay_per_step = settings.lr_decay ** (1.0 / max(1, N // min(settings.batch_size or N, N)))
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
         try:
@@ -503,7 +512,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
             per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
             objective = -float(per_datum.detach()) * N
             if not math.isfinite(objective):
-                raise _Diverged(f"the objective became {objective} at step {step}")
+                raise _Diverged(f"the objective became {objective} at iteration {step + 1}")
         except (NotPositiveDefiniteError, _Diverged) as exc:
             # The hyper-parameter step before this one went too far (K_uu or q no longer factorises, or the
             # objective is not finite): go back to the last parameters whose objective was finite, halve the
@@ -554,7 +563,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 "format": "sgpc-checkpoint", "iteration": step + 1, "fingerprint": fingerprint,
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
-                "history": history.as_dict(),
+                "history": history.as_dict(), "last_good": last_good, "rejected": rejected,
                 **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
             })
         if out_of_time:

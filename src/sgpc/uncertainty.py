@@ -223,7 +223,7 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
 
     fit_and_record()
     if warm_start:
-        model.set_params(warm_start=True, max_iter=refit_max_iter or model.max_iter,
+        model.set_params(warm_start=True, max_iter=model.max_iter if refit_max_iter is None else refit_max_iter,
                          **({"n_epochs": None} if refit_max_iter is not None else {}))
     for r in range(n_queries):
         candidates = np.setdiff1d(np.arange(len(X_pool)), labelled)
