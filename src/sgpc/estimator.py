@@ -500,8 +500,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Xv = self._tensor(self._validate_X(X_val, reset=False))
         yv = torch.as_tensor(self._encode(y_val), device=self.device)
         if yv.ndim != 1 or len(yv) != len(Xv):
-            raise ValueError(f"X_val has {len(Xv)} rows but y_val has {len(yv) if yv.ndim == 1 else tuple(yv.shape)} label(s); "
-                             "pass one label per validation row")
+            got = len(yv) if yv.ndim == 1 else tuple(yv.shape)
+            raise ValueError(f"X_val has {len(Xv)} rows but y_val has {got} label(s); pass one label per validation row")
 
         def validate(model, state):
             lp, scores = predict_outputs(model, engine.posterior(model, state), Xv)

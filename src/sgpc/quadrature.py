@@ -165,7 +165,8 @@ def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, 
     u = (t[..., None] - mean[:, None, :]) / s[:, None, :]                           # [H,T,C]
     is_self = (c[:, None] == torch.arange(C, device=mean.device))[:, None, :]
     if linear:
-        return ((log_weight + log_density).exp() * torch.special.ndtr(u).masked_fill(is_self, 1.0).prod(-1)).sum(-1)
+        cdf = torch.special.ndtr(u).masked_fill(is_self, 1.0)
+        return ((log_weight + log_density).exp() * cdf.prod(-1)).sum(-1)
     return torch.logsumexp(log_weight + log_density + log_ndtr(u).masked_fill(is_self, 0.0).sum(-1), dim=-1)
 
 
