@@ -357,3 +357,31 @@ def test_resuming_an_in_memory_fit_with_another_batch_size_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="batch_size=8, this fit has 10"):
         run(TrainSettings(learning_rate=0.05, max_iter=6, batch_size=10, checkpoint_path=ck, checkpoint_every=3),
             resume=True)
+
+
+def test_inducing_inputs_step_in_length_scales_on_small_features(tmp_path):
+    # Adam moves each coordinate of Z by ~learning_rate per step whatever the units: on features of spread
+    # 1e-3 Z left the data in a few steps and the fit stayed at the prior. Its steps are now scaled by
+    # min(1, ℓ_d) at the start; standardised data (ℓ ≥ 1) are stepped as before.
+    from sgpc.train import _inducing_step_scale
+    model, X, y = problem()
+    assert _inducing_step_scale(model, "adam") is None                          # ℓ = √2: unchanged
+    small = SparseGP(K.RBF(2, 3, noise=0.01, lengthscale=[2e-3, 5.0]), RobustMax(3), 1e-3 * X[:6].clone())
+    torch.testing.assert_close(_inducing_step_scale(small, "adam"), torch.tensor([2e-3, 1.0]))
+    assert _inducing_step_scale(small, "lbfgs") is None
+
+    def go(settings, resume=False):
+        m = SparseGP(K.RBF(2, 3, noise=0.01, lengthscale=2e-3), RobustMax(3), 1e-3 * X[:6].clone())
+        engine = VI()
+        state = engine.init(m, 1e-3 * X, y, torch.Generator())
+        state, _ = fit(m, engine, state, 1e-3 * X, y, settings, generator=torch.Generator().manual_seed(7),
+                       resume=resume)
+        return m, state
+
+    m, state = go(TrainSettings(learning_rate=0.05, max_iter=30))
+    # Z stays among the data (it moved ~0.05 per step before: 30 steps took it ~260 spreads away)
+    assert float((m.Z.detach() / 1e-3).abs().max()) < 3 * float(X.abs().max())
+    ck = str(tmp_path / "ck.pt")
+    go(TrainSettings(learning_rate=0.05, max_iter=15, checkpoint_path=ck, checkpoint_every=15))
+    m2, state2 = go(TrainSettings(learning_rate=0.05, max_iter=30, checkpoint_path=ck, checkpoint_every=15), resume=True)
+    torch.testing.assert_close(flat(m2, state2), flat(m, state), rtol=0, atol=0)      # resumes exactly

@@ -380,6 +380,25 @@ def _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params) -> to
     return opt.step(closure)
 
 
+def _inducing_step_scale(model: nn.Module, optimizer: str) -> torch.Tensor | None:
+    """Per-feature factors ≤ 1 for the steps of Adam and the sign rule in the inducing inputs: min(1, ℓ_d)
+    with ℓ the kernel's length-scales when the fit starts (the smallest over latent functions), None when
+    every factor is 1 (standardised data, raw pixels: ℓ ≥ 1), Z is fixed, L-BFGS steps it, or Z lives in
+    the space of a feature extractor trained alongside (whose features' scale moves during the fit).
+
+    Both optimisers move every coordinate of Z by about the learning rate per step whatever the feature's
+    units: on features of spread 1e-3 (ℓ ≈ 1e-3) Z left the data within a few steps and the fit fell back
+    to the prior (chance accuracy on three separated blobs). Scaling the step by ℓ_d is Adam on Z/ℓ.
+    """
+    Z = getattr(model, "Z", None)
+    ls = getattr(getattr(model, "kernel", None), "lengthscale", None)
+    if optimizer == "lbfgs" or not isinstance(Z, nn.Parameter) or not Z.requires_grad or not torch.is_tensor(ls) \
+            or getattr(model, "feature_extractor", None) is not None:
+        return None
+    scale = ls.detach().reshape(-1, ls.shape[-1]).amin(0).clamp(max=1.0).to(Z.dtype)
+    return None if bool((scale >= 1.0).all()) else scale
+
+
 @torch.no_grad()
 def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
     """Restore the parameters to ``values`` and halve every learning rate (for the sign-adaptive rule,
@@ -446,6 +465,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
                                 line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
     history, start = History(), 0
+    z_scale_at_start = _inducing_step_scale(model, settings.optimizer)
     fingerprint = _fingerprint(model, engine, X, y) if settings.checkpoint_path else None
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
         ck = load_checkpoint(settings.checkpoint_path)
@@ -491,6 +511,8 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
 
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
     last_good, rejected, in_a_row = None, 0, 0
+    z_scale = z_scale_at_start                # from the model as given: a resumed fit scales as the first did
+    z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
     if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
         last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], params)]
         rejected = int(ck["rejected"])
@@ -510,6 +532,10 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 state = comm.update(engine, model, state, Xb, yb, N, idx)
             before = [p.detach().clone() for p in params]
             per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
+            if z_scale is not None and z_index is not None:
+                with torch.no_grad():
+                    Z, Z0 = params[z_index], before[z_index]
+                    Z.copy_(Z0 + (Z - Z0) * z_scale)
             objective = -float(per_datum.detach()) * N
             if not math.isfinite(objective):
                 raise _Diverged(f"the objective became {objective} at iteration {step + 1}")
