@@ -369,3 +369,13 @@ def test_reset_latents_and_unconverged_runs_reach_the_fit_history():
                    generator=torch.Generator().manual_seed(0))
     assert st.reset > 0
     assert hist.events and hist.events[-1]["reset"] == st.reset
+
+
+def test_outlier_probabilities_do_not_outlive_their_fit():
+    # set only by rmgpc/smgpc fits and never removed: a later vi fit on 25 rows kept the 40-row array
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    est = GPClassifier(method="rmgpc", n_inducing=8, max_iter=3, random_state=0).fit(X[::3][:40], y[::3][:40])
+    assert est.outlier_proba_.shape == (40,)
+    est.set_params(method="vi").fit(X[::6][:25], y[::6][:25])
+    assert not hasattr(est, "outlier_proba_")

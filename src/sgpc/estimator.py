@@ -88,6 +88,14 @@ def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
     return math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
 
 
+def _architecture(extractor: torch.nn.Module | None) -> tuple | None:
+    """A feature extractor's class and the names and shapes of its weights and buffers (None without one):
+    what a warm start must find unchanged (a new or removed extractor was ignored by warm starts)."""
+    if extractor is None:
+        return None
+    return (type(extractor).__qualname__,) + tuple((k, tuple(v.shape)) for k, v in extractor.state_dict().items())
+
+
 def _features(extractor: torch.nn.Module, X: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
     """h(X) [N,D'] of the initial extractor as float64 numpy, in batches without gradients.
 
@@ -539,7 +547,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 None if self.learn_epsilon else float(self.epsilon), self.dtype, str(self.device),
                 self.noise_variance, bool(self.learn_delta), None if self.learn_delta else float(self.delta),
                 int(self.n_samples_predict), self.softmax_predict,
-                float(self.outlier_prior_a), float(self.outlier_prior_b))
+                float(self.outlier_prior_a), float(self.outlier_prior_b), _architecture(self.feature_extractor))
 
     def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int, full_gp: bool = False) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
@@ -608,7 +616,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """
         kept = self._fitted_attributes()
         try:
-            return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+            if self.feature_extractor is None:
+                return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+            # dropout draws from torch's global generator: seeded from random_state for this fit (a second
+            # draw, not the minibatch generator's seed), and the caller's generator state is given back
+            seed = int(check_random_state(self.random_state).randint(0, 2 ** 31 - 1, size=2)[1])
+            device = torch.device(self.device)
+            with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+                torch.manual_seed(seed)
+                return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         except BaseException:
             for name in [k for k in vars(self) if k.endswith("_") and k not in kept]:
                 delattr(self, name)
@@ -686,6 +702,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.posterior_ = engine.posterior(self.model_, self.state_)
         if self.method in ("rmgpc", "smgpc"):
             self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)
+        elif hasattr(self, "outlier_proba_"):        # an earlier rmgpc fit's, of other rows
+            del self.outlier_proba_
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
         if keys is not None:
@@ -770,6 +788,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.history_ = history.as_dict()
         self.n_iter_ = len(history.iteration)
+        if hasattr(self, "outlier_proba_"):          # an earlier rmgpc fit's (streaming has no rmgpc)
+            del self.outlier_proba_
         self._fitted_as_ = self._structure()
         self._full_gp_ = False
         self.warm_started_ = bool(warm)

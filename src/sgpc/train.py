@@ -513,9 +513,17 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     last_good, rejected, in_a_row = None, 0, 0
     z_scale = z_scale_at_start                # from the model as given: a resumed fit scales as the first did
     z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
+    # a hybrid model's batch-normalisation statistics move with every forward pass: a rejected step rolls
+    # them back with the parameters (they went to inf with a diverging step and stayed there)
+    extractor = getattr(model, "feature_extractor", None)
+    buffers = [] if extractor is None else list(extractor.buffers())
+    last_good_buffers = None
     if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
         last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], params)]
+        last_good_buffers = ck.get("last_good_buffers")
         rejected = int(ck["rejected"])
+    if start and "torch_rng" in ck:      # dropout draws from torch's global generator
+        torch.set_rng_state(ck["torch_rng"])
     # per-step factor of the learning-rate decay: lr_decay per pass over the data, i.e. per ⌊N/|B|⌋ steps (an
     # epoch drops its incomplete last batch; the factor lr_decay^(|B|/N) fell short of lr_decay per pass
     # whenever |B| does not divide N). The rate lives in the optimiser's state, so a resumed fit continues
@@ -531,6 +539,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
                 state = comm.update(engine, model, state, Xb, yb, N, idx)
             before = [p.detach().clone() for p in params]
+            before_buffers = [b.clone() for b in buffers]
             per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
@@ -548,11 +557,14 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 raise FloatingPointError(f"{exc}; {in_a_row - 1} step(s) rejected and retried with halved learning "
                                          "rates; lower learning_rate or use dtype='float64'") from exc
             _roll_back(opt, params, last_good)
+            with torch.no_grad():
+                for b, v in zip(buffers, last_good_buffers or []):
+                    b.copy_(v)
             rejected += 1
             history.events.append({"iteration": step + 1, **_engine_counters(state), "rejected": rejected,
                                    "reason": str(exc).split(";")[0][:200]})
             continue
-        last_good, in_a_row = before, 0
+        last_good, last_good_buffers, in_a_row = before, before_buffers, 0
         if decay_per_step != 1.0:
             for group in opt.param_groups:
                 group["lr"] *= decay_per_step
@@ -590,6 +602,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(), "last_good": last_good, "rejected": rejected,
+                "last_good_buffers": last_good_buffers, "torch_rng": torch.get_rng_state(),
                 **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
             })
         if out_of_time:
