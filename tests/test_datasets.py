@@ -215,12 +215,15 @@ def test_other_missing_tokens_in_a_numeric_column_are_missing_values(tmp_path, t
         datasets.load_file(path, missing="category")
 
 
-def test_na_in_a_categorical_column_is_missing_unless_a_category(tmp_path):
-    path = tmp_path / "jobs.csv"
-    path.write_text("job,target\nclerk,a\nNA,b\nsales,a\n")
-    with pytest.raises(ValueError, match=r"column 'job'.*'NA' at row 2.*missing='category'"):
+def test_na_in_a_text_column_is_a_value_and_in_a_numeric_one_missing(tmp_path):
+    # "NA" may be a level (North America) or a class: only where the other values are numbers is it missing
+    path = tmp_path / "regions.csv"
+    path.write_text("x,region,target\n1.0,EU,NA\n2.0,NA,EU\n3.0,EU,EU\n")
+    ds = datasets.load_file(path)
+    assert ds.levels == {"region": ("EU", "NA")} and ds.y.tolist() == ["NA", "EU", "EU"]
+    path.write_text("x,region,target\n1.0,EU,1\nNA,NA,2\n3.0,EU,1\n")
+    with pytest.raises(ValueError, match=r"column 'x' is numeric.*'NA' at row 2"):
         datasets.load_file(path)
-    assert datasets.load_file(path, missing="category").levels == {"job": ("NA", "clerk", "sales")}
 
 
 def test_missing_labels_are_an_error_naming_the_rows(tmp_path):
@@ -237,14 +240,19 @@ def test_missing_labels_are_an_error_naming_the_rows(tmp_path):
         datasets.load_file(path)
 
 
-def test_a_csv_without_a_header_row_is_an_error(tmp_path):
-    # the first data row became the header: one row lost, columns named '1.5' and '2.0'
+def test_a_csv_without_a_header_row_is_an_error_or_a_warning(tmp_path):
+    # the first data row became the header: one row lost, columns named '1.5' and '2.0'. Repeated numbers
+    # cannot be column names (an error); distinct ones can (pandas writes 0, 1, 2, ...): a warning
     path = tmp_path / "bare.csv"
-    path.write_text("1.5,2.0,1\n3.5,4.0,2\n5.5,6.0,1\n")
+    path.write_text("1.5,1.5,1\n3.5,4.0,2\n5.5,6.0,1\n")
     with pytest.raises(ValueError, match="no header row.*add a header row"):
         datasets.load_file(path)
     with pytest.raises(ValueError, match="no header row"):
         datasets.read_features(path)
+    path.write_text("0,1,2\n3.5,4.0,2\n5.5,6.0,1\n")
+    with pytest.warns(UserWarning, match="every column name is a number"):
+        ds = datasets.load_file(path)
+    assert ds.feature_names == ("0", "1") and ds.y.tolist() == [2, 1]
 
 
 def test_a_column_without_a_name_is_an_error(tmp_path):

@@ -18,7 +18,8 @@ codes in sorted order of the distinct strings) or one-hot columns named ``column
 
 What it deliberately does not do: download anything (a fresh install without a data directory still
 has "digits", "iris", "wine-sklearn" and "breast-cancer"), impute missing values (a missing value,
-written as one of `MISSING_TOKENS`, is an error naming the column and row, except in adult and
+written as one of `MISSING_TOKENS`, or of `NUMERIC_MISSING_TOKENS` in a numeric column, is an error
+naming the column and row, except in adult and
 mushroom where ``?`` is a category of its own, and in nycflights13 where incomplete rows are dropped
 as documented there), cache results, or use pandas.
 """
@@ -30,6 +31,7 @@ import gzip
 import itertools
 import os
 import pathlib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -52,10 +54,12 @@ __all__ = [
 CATEGORICAL_MODES = ("ordinal", "onehot")
 MISSING_MODES = ("error", "category")
 FILE_FORMATS = ("csv", "parquet", "libsvm")
-# How a missing value is written: "?" and "" by the staged CSVs (and most UCI files), "NA" by R,
-# "N/A", "NaN", "nan" and "null" by pandas, spreadsheets and JSON exports. Without "NA" here a numeric
-# column holding one would not parse as numbers and would silently become categorical codes.
-MISSING_TOKENS = ("?", "", "NA", "N/A", "NaN", "nan", "null")
+# How a missing value is written: "?" and "" by the staged CSVs (and most UCI files), in any column.
+MISSING_TOKENS = ("?", "")
+# "NA" (R), "N/A", "NaN", "nan" and "null" (pandas, spreadsheets, JSON exports) are missing in a column whose
+# other values are numbers — without them such a column did not parse and silently became categorical codes
+# — and ordinary values in a text column, where "NA" may well be a class or a level (North America).
+NUMERIC_MISSING_TOKENS = ("NA", "N/A", "NaN", "nan", "null")
 ZERO_BASED_MODES = (True, False, "auto")
 _DATA_MARKERS = ("MANIFEST.md", "uci", "mnist", "flights")  # a data directory holds one of these
 _PARQUET_HINT = "reading Parquet files needs pyarrow: pip install sgpc[parquet]"
@@ -375,9 +379,9 @@ def load_file(
             whose label is always first.
         fmt: "csv", "parquet" or "libsvm"; required for names like .txt.
         categorical: "ordinal" or "onehot".
-        missing: "error" (a missing value, one of `MISSING_TOKENS`: '?', '', 'NA', 'N/A', 'NaN', 'nan',
-            'null', raises ValueError naming the column and row) or "category" (in a categorical
-            column it is a category of its own; numeric columns and the label still raise).
+        missing: "error" (a missing value — '?' or '' in any column, 'NA', 'N/A', 'NaN', 'nan' or 'null'
+            in a numeric one — raises ValueError naming the column and row) or "category" (in a
+            categorical column it is a category of its own; numeric columns and the label still raise).
         n_features: LIBSVM only: the number of features (a file read for a fitted model whose rows never
             use the highest index would otherwise come out narrower); None: the highest index present.
             Other formats ignore it (their width is their columns).
@@ -594,8 +598,13 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
         raise ValueError(f"{path} reads as the single column {header[0]!r}: sgpc reads comma-separated "
                          "files; check the delimiter (write the file with ',' between values)")
     if all(_parses_as_number(np.array(header))):
-        raise ValueError(f"{path} seems to have no header row: its first row {header[:5]} is all numbers. "
-                         "sgpc reads the first row as column names: add a header row (e.g. x1,x2,...,label)")
+        # numbers as column names are legitimate (pandas writes 0, 1, 2, ...; wavelengths), repeated ones are not
+        if len(set(header)) < len(header):
+            raise ValueError(f"{path} seems to have no header row: its first row {header[:5]} is all numbers, "
+                             "some repeated. sgpc reads the first row as column names: add a header row "
+                             "(e.g. x1,x2,...,label)")
+        warnings.warn(f"{path}: every column name is a number ({header[:5]}); if the file has no header row, its "
+                      "first row was read as the names and is missing from the data", UserWarning, stacklevel=3)
     if "" in header:
         raise ValueError(f"column {header.index('') + 1} of {path} has no name in the header row (a pandas "
                          "index written by to_csv? write with index=False); name it or drop it")
@@ -626,7 +635,8 @@ def _parse_feature(
     else:
         missing = np.isin(values, MISSING_TOKENS)
         try:
-            numbers = np.where(missing, "nan", values).astype(np.float64)
+            absent = missing | np.isin(values, NUMERIC_MISSING_TOKENS)
+            numbers = np.where(absent, "nan", values).astype(np.float64)
         except ValueError:
             numbers = None
     if numbers is not None:
@@ -687,6 +697,9 @@ def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str]) -
         missing = ~np.isfinite(values)
     else:
         missing = np.isin(values, MISSING_TOKENS)
+        soft = np.isin(values, NUMERIC_MISSING_TOKENS)
+        if soft.any() and (~soft).any() and _parses_as_number(values[~soft & ~missing]).all():
+            missing |= soft           # "NA" among numeric labels is a missing label; among words, a class
     if missing.any():
         i, n = int(np.argmax(missing)), int(missing.sum())
         more = f" and {n - 1} more row(s)" if n > 1 else ""
