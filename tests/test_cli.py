@@ -135,15 +135,22 @@ def test_predict_refuses_a_file_whose_columns_are_shuffled(file_model, tmp_path,
     assert "not the ones the model was fitted on" in err and "'d' (model: 'a')" in err and "Traceback" not in err
 
 
-def test_libsvm_prediction_file_without_the_highest_feature_index(tmp_path, capsys):
-    # no row of the new file uses feature 3: read at the model's width, not at 2 columns
-    rng = np.random.default_rng(0)
+def _fit_libsvm(tmp_path, seed: int, first_index: int):
+    """Fit a model on a 3-feature LIBSVM file whose indices start at ``first_index``; returns its path."""
+    rng = np.random.default_rng(seed)
     X = rng.normal(size=(60, 3))
     y = (X[:, 0] > 0).astype(int) + (X[:, 2] > 0.5)
+    i, j, k = first_index, first_index + 1, first_index + 2
     train = tmp_path / "train.libsvm"
-    train.write_text("".join(f"{k} 1:{a:.4f} 2:{b:.4f} 3:{c:.4f}\n" for (a, b, c), k in zip(X, y)))
+    train.write_text("".join(f"{c} {i}:{a:.4f} {j}:{b:.4f} {k}:{d:.4f}\n" for (a, b, d), c in zip(X, y)))
     model = tmp_path / "m.pt"
     assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
+    return model
+
+
+def test_libsvm_prediction_file_without_the_highest_feature_index(tmp_path, capsys):
+    # no row of the new file uses feature 3: read at the model's width, not at 2 columns
+    model = _fit_libsvm(tmp_path, 0, 1)
     new = tmp_path / "new.libsvm"
     new.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:0.3\n")
     out = tmp_path / "p.csv"
@@ -155,13 +162,7 @@ def test_libsvm_prediction_file_without_the_highest_feature_index(tmp_path, caps
 def test_libsvm_prediction_file_is_read_with_the_training_files_index_base(tmp_path, capsys):
     # a 0-based training file; new rows whose feature 0 is zero never write index 0, so guessing
     # their base from the file alone read them as 1-based: every feature shifted by one column
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(60, 3))
-    y = (X[:, 0] > 0).astype(int) + (X[:, 2] > 0.5)
-    train = tmp_path / "train.libsvm"
-    train.write_text("".join(f"{k} 0:{a:.4f} 1:{b:.4f} 2:{c:.4f}\n" for (a, b, c), k in zip(X, y)))
-    model = tmp_path / "m.pt"
-    assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
+    model = _fit_libsvm(tmp_path, 1, 0)
     assert json.loads((tmp_path / "m.pt.json").read_text())["zero_based"] is True
     implicit, explicit = tmp_path / "implicit.libsvm", tmp_path / "explicit.libsvm"
     implicit.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:1.3\n")
