@@ -479,10 +479,23 @@ class EP:
         # the change to the new site values. ρ is capped per latent at PD_MARGIN × the largest step that keeps
         # q proper (pd_step_limit), then halved as a safety net should rounding still break definiteness.
         L = model.n_latent
-        c1_t = torch.where(ok[..., None], c1_new, c1_old)
-        c2_t = torch.where(ok[..., None], c2_new, c2_old)
+
+        def step_terms(Lam0, h0, c1_old, c2_old):
+            """Target slot values, the step Δθ̃ (dLam, dh) and the precisions P0, ΔP of q along it."""
+            c1_t = torch.where(ok[..., None], c1_new, c1_old)
+            c2_t = torch.where(ok[..., None], c2_new, c2_old)
+            dd1 = per_latent(c1_t - c1_old, fac.latent, L)
+            dd2 = per_latent(c2_t - c2_old, fac.latent, L)
+            dLam = V.mT @ (dd1[..., None] * V)
+            dP = q.Lk.mT @ dLam @ q.Lk
+            P0, _ = _whitened_precision(q.Lk, TiedSites(Lam0, h0))
+            return c1_t, c2_t, 0.5 * (dLam + dLam.mT), (dd2[..., None] * V).sum(1), P0, 0.5 * (dP + dP.mT)
+
         Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent)
-        if not _is_pd(_whitened_precision(q.Lk, TiedSites(Lam0, h0))[0]):
+        c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
+        rho0 = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
+        rho, redamped = pd_damping(rho0, [(P0, dP)])
+        if rho is None and not _is_pd(P0):
             # q was proper with the sites along their old directions (``restore``), but moved to the new
             # ones a negative-precision site can break it — and then no damping helps, since ρ → 0 leaves
             # θ̃₀: every later update skipped every factor (Power EP at small α after a large step in the
@@ -490,20 +503,10 @@ class EP:
             # starts from there.
             state.V[idx] = V.transpose(0, 1)
             state = self.restore(model, replace(state, Lam=Lam0, h=h0), q.Lk)
-            Lam0, h0 = state.Lam, state.h
-            c1_old, c2_old = state.c1[idx], state.c2[idx]
-            c1_t = torch.where(ok[..., None], c1_new, c1_old)
-            c2_t = torch.where(ok[..., None], c2_new, c2_old)
-        dd1 = per_latent(c1_t - c1_old, fac.latent, L)
-        dd2 = per_latent(c2_t - c2_old, fac.latent, L)
-        dLam = V.mT @ (dd1[..., None] * V)
-        dLam = 0.5 * (dLam + dLam.mT)
-        dh = (dd2[..., None] * V).sum(1)
-        P0, _ = _whitened_precision(q.Lk, TiedSites(Lam0, h0))
-        dP = q.Lk.mT @ dLam @ q.Lk
-        dP = 0.5 * (dP + dP.mT)
-        rho = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
-        rho, redamped = pd_damping(rho, [(P0, dP)])
+            Lam0, h0, c1_old, c2_old = state.Lam, state.h, state.c1[idx], state.c2[idx]
+            c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
+            rho, more = pd_damping(rho0, [(P0, dP)])
+            redamped += more
         if rho is None:
             return replace(state, step=state.step + X.shape[0] / n_total, skipped=state.skipped + int(fac.mask.sum()),
                            redamped=state.redamped + redamped)
