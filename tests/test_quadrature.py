@@ -139,7 +139,7 @@ def test_written_out_gradient_of_the_label_probability_matches_autograd(dtype):
         return torch.special.ndtr(u).masked_fill(own, 1.0).prod(-1) @ w
 
     grads = []
-    for fn in (lambda m, v: Q._LabelLargest.apply(m, v, cls, z, w), reference):
+    for fn in (lambda m, v: Q._LabelLargest.apply(m, v, cls, J), reference):
         m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
         out = fn(m, v)
         grads.append((out.detach(), *torch.autograd.grad((out * gout).sum(), (m, v))))
@@ -147,7 +147,7 @@ def test_written_out_gradient_of_the_label_probability_matches_autograd(dtype):
     for got, ref in zip(*grads):
         torch.testing.assert_close(got, ref, **tol)
     if dtype == torch.float64:
-        assert torch.autograd.gradcheck(lambda m, v: Q._LabelLargest.apply(m, v, cls, z, w),
+        assert torch.autograd.gradcheck(lambda m, v: Q._LabelLargest.apply(m, v, cls, J),
                                         (mean.clone().requires_grad_(), var.clone().requires_grad_()))
 
 

@@ -260,14 +260,12 @@ class _LabelLargest(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, mean, var, cls, z, w):
+    def forward(ctx, mean, var, cls, n_points):
         tiny = torch.finfo(mean.dtype).tiny
-        s = var.clamp_min(tiny).sqrt()                                                    # [N,C]
-        inv_s = s.reciprocal()
-        m_c, s_c = mean.gather(1, cls[:, None]), s.gather(1, cls[:, None])                # [N,1]
-        t = m_c + s_c * z                                                                 # [N,J]
-        u = (t[..., None] - mean[:, None, :]).mul_(inv_s[:, None, :])                     # [N,J,C]
-        is_self = (cls[:, None] == torch.arange(mean.shape[1], device=mean.device))[:, None, :]
+        u, is_self, w = _standardised(mean, var, cls[:, None], n_points)
+        u, is_self = u[:, 0], is_self[:, 0]                                              # [N,J,C], [N,1,C]
+        z = gauss_hermite(n_points, mean.dtype, mean.device)[0]
+        inv_s = var.clamp_min(tiny).rsqrt()                                               # [N,C]
         cdf = torch.special.ndtr(u).masked_fill_(is_self, 1.0).clamp_min_(tiny)
         prod = cdf.prod(-1)                                                               # [N,J]
         ctx.save_for_backward(u, cdf, prod, is_self, inv_s, var, z, w)
@@ -287,7 +285,7 @@ class _LabelLargest(torch.autograd.Function):
         d_mean = own * dm.sum(1, keepdim=True) - dm
         d_s = own * dz.sum(1, keepdim=True) - scale * Su
         d_var = torch.where(var > torch.finfo(var.dtype).tiny, 0.5 * d_s * inv_s, 0.0)
-        return d_mean, d_var, None, None, None
+        return d_mean, d_var, None, None
 
 
 def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n_points: int = 32) -> torch.Tensor:
@@ -300,8 +298,7 @@ def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n
     normalisers, predictions) use the log-space functions.
     """
     cls = y.long()[:, None]
-    z, w = gauss_hermite(n_points, mean.dtype, mean.device)
-    out = _LabelLargest.apply(mean, var, cls[:, 0], z, w)
+    out = _LabelLargest.apply(mean, var, cls[:, 0], n_points)
     hard = _hard(var, cls, PANEL_RATIO_LABEL)[:, 0]
     if bool(hard.any()):
         rows = hard.nonzero(as_tuple=True)[0]
