@@ -401,7 +401,8 @@ def _inducing_step_scale(model: nn.Module, optimizer: str) -> torch.Tensor | Non
 
 @torch.no_grad()
 def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
-    """Restore the parameters to ``values`` and halve every learning rate (for the sign-adaptive rule,
+    """Restore the parameters (and any buffers listed with them) to ``values`` and halve every learning
+    rate (for the sign-adaptive rule,
     each per-element rate; L-BFGS also forgets its curvature pairs, which the rejected step polluted).
     Optimiser statistics that the rejected step made non-finite (Adam's moments after a NaN gradient)
     are zeroed, or every later step would be NaN too."""
@@ -513,14 +514,12 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     last_good, rejected, in_a_row = None, 0, 0
     z_scale = z_scale_at_start                # from the model as given: a resumed fit scales as the first did
     z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
-    # a hybrid model's batch-normalisation statistics move with every forward pass: a rejected step rolls
-    # them back with the parameters (they went to inf with a diverging step and stayed there)
+    # what a rejected step rolls back: the parameters, and a hybrid model's batch-normalisation statistics,
+    # which move with every forward pass (they went to inf with a diverging step and stayed there)
     extractor = getattr(model, "feature_extractor", None)
-    buffers = [] if extractor is None else list(extractor.buffers())
-    last_good_buffers = None
+    tracked = params + ([] if extractor is None else list(extractor.buffers()))
     if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
-        last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], params)]
-        last_good_buffers = ck.get("last_good_buffers")
+        last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], tracked)]
         rejected = int(ck["rejected"])
     if start and "torch_rng" in ck:      # dropout draws from torch's global generator
         torch.set_rng_state(ck["torch_rng"])
@@ -538,8 +537,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
             else:   # this rank's shard of the global minibatch; loss weight |B_r|/|B| (see distributed)
                 Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
                 state = comm.update(engine, model, state, Xb, yb, N, idx)
-            before = [p.detach().clone() for p in params]
-            before_buffers = [b.clone() for b in buffers]
+            before = [t.detach().clone() for t in tracked]
             per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
@@ -556,15 +554,12 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
             if last_good is None or in_a_row > _MAX_REJECTED:
                 raise FloatingPointError(f"{exc}; {in_a_row - 1} step(s) rejected and retried with halved learning "
                                          "rates; lower learning_rate or use dtype='float64'") from exc
-            _roll_back(opt, params, last_good)
-            with torch.no_grad():
-                for b, v in zip(buffers, last_good_buffers or []):
-                    b.copy_(v)
+            _roll_back(opt, tracked, last_good)
             rejected += 1
             history.events.append({"iteration": step + 1, **_engine_counters(state), "rejected": rejected,
                                    "reason": str(exc).split(";")[0][:200]})
             continue
-        last_good, last_good_buffers, in_a_row = before, before_buffers, 0
+        last_good, in_a_row = before, 0
         if decay_per_step != 1.0:
             for group in opt.param_groups:
                 group["lr"] *= decay_per_step
@@ -602,7 +597,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(), "last_good": last_good, "rejected": rejected,
-                "last_good_buffers": last_good_buffers, "torch_rng": torch.get_rng_state(),
+                "torch_rng": torch.get_rng_state(),
                 **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
             })
         if out_of_time:
