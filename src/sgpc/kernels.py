@@ -172,8 +172,9 @@ class Kernel(nn.Module):
     def _narrow_rounds(self, n1: torch.Tensor, n2: torch.Tensor) -> bool:
         """Whether centred inputs of a narrow dtype, with scaled squared norms ``n1``, ``n2`` (the
         expansion's own), must be expanded in ``wide_dtype`` to keep d²'s rounding below
-        ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel (MNIST-shaped, per-latent Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took
-        116 ms instead of 54; `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
+        ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel (MNIST-shaped, per-latent
+        Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took 116 ms instead of 54;
+        `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
         Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
