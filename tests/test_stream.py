@@ -327,3 +327,18 @@ def test_a_nan_in_a_streamed_prediction_is_reported_at_its_row_in_the_file():
     Xp[37, 1] = np.nan
     with pytest.raises(ValueError, match=r"1 row\(s\), first: 37;"):
         clf.predict(stream.NpySource(Xp, block_rows=16))
+
+
+def test_a_parquet_text_label_column_has_the_same_classes_in_memory_and_streamed(tmp_path):
+    # "1"/"2"/"3" as a string column: in memory they became int64 1, 2, 3, streamed they stay text,
+    # so a model fitted one way predicted labels that never equal the other way's (accuracy 0)
+    from sgpc import datasets
+    X, y = _data(n=90)
+    y = np.array([{"a": "1", "b": "2", "c": "3"}[v] for v in y])
+    path = _write(tmp_path, X, y, rows=30)
+    ds = datasets.load_file(path, target="label")
+    streamed = stream.statistics(stream.ParquetSource(path, target="label"))
+    assert ds.y.dtype.kind == "U" and streamed.classes.dtype.kind == "U"
+    np.testing.assert_array_equal(np.unique(ds.y), streamed.classes)
+    clf = _clf().fit(path, "label")
+    assert np.mean(clf.predict(ds.X) == ds.y) > 0.8

@@ -371,7 +371,8 @@ def load_file(
 
     A column is numeric when every value parses as a number; otherwise it is categorical and
     encoded by ``categorical``. Values are stripped of surrounding whitespace. Integer-valued labels
-    become int64, other labels stay strings.
+    become int64, other labels stay strings; a Parquet string label column stays strings even when
+    its values read as integers (its type says they are text; streamed, it is read the same way).
 
     Args:
         path: the file. The format follows the name (.csv, .csv.gz, .parquet, .libsvm, .svm) or fmt.
@@ -421,7 +422,7 @@ def load_file(
     return replace(_table_to_dataset(
         stem, header, columns, _target_index(header, target), categorical,
         missing_as_category=(missing == "category"), locate=lambda i: f"row {i + 1} of {path}",
-        description=f"loaded from {path}", levels=levels,
+        description=f"loaded from {path}", levels=levels, typed=(fmt == "parquet"),
     ), user_file=True)
 
 
@@ -689,8 +690,13 @@ def _known_levels(name: str, values: np.ndarray, levels: Sequence[str],
     return _Categorical(order[pos], levels)
 
 
-def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str]) -> np.ndarray:
-    """Labels [N]: int64 when every label is an integer (possibly written 1.0), else str."""
+def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str], *,
+                  text_is_text: bool = False) -> np.ndarray:
+    """Labels [N]: int64 when every label is an integer (possibly written 1.0), else str.
+
+    ``text_is_text``: the values come from a typed text column (Parquet string): they stay strings
+    even when they read as integers, as ``stream.ParquetSource`` keeps them, so that a model fitted
+    on the file in memory and one fitted on it streamed have the same classes."""
     if values.dtype.kind in "iub":  # already typed (Parquet)
         return values.astype(np.int64)
     if values.dtype.kind == "f":  # NaN is how Parquet float columns (and pandas) write a missing label
@@ -707,6 +713,8 @@ def _parse_labels(name: str, values: np.ndarray, locate: Callable[[int], str]) -
                          "every row needs a class label: fix or drop those rows")
     if values.dtype.kind == "f":
         return values.astype(np.int64) if np.all(values == np.round(values)) else values
+    if text_is_text:
+        return values
     try:
         return values.astype(np.int64)
     except ValueError:
@@ -740,14 +748,15 @@ def _encode(
 
 def _table_to_dataset(
     name, header, columns, target, categorical, *, missing_as_category, locate, description,
-    n_train=None, label_suffix="", levels=None,
+    n_train=None, label_suffix="", levels=None, typed=False,
 ) -> Dataset:
     """Dataset from string columns; rows from n_train on (when given) become X_test/y_test.
-    ``levels``: as for `load_file`."""
+    ``levels``: as for `load_file`. ``typed``: the columns come from a typed file (Parquet), whose
+    text label column stays text."""
     labels = columns[target]
     if label_suffix:
         labels = np.char.rstrip(labels, label_suffix)  # rstrip takes a set of characters
-    y = _parse_labels(header[target], labels, locate)
+    y = _parse_labels(header[target], labels, locate, text_is_text=typed)
     feature_idx = [j for j in range(len(header)) if j != target]
     parsed = [_parse_feature(header[j], columns[j], missing_as_category, locate, levels) for j in feature_idx]
     X, feature_names = _encode([header[j] for j in feature_idx], parsed, categorical, len(y))
