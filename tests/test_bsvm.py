@@ -466,3 +466,17 @@ def test_a_rejected_step_rolls_back_the_batch_norm_statistics():
                       generator=torch.Generator())
     assert [e["rejected"] for e in hist.events] == [1]
     assert bool(torch.isfinite(net[4].running_var).all())
+
+
+def test_lbfgs_line_search_moves_batch_norm_statistics_once_per_step():
+    # every objective evaluation of L-BFGS's line search ran the extractor in training mode: the
+    # running statistics moved up to 25 times per step (num_batches_tracked counted evaluations), and
+    # dropout drew new masks between the trials of one line search
+    X, y = _blobs(15, 3, sep=3.0)
+    torch.manual_seed(0)
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=8, optimizer="lbfgs", learning_rate=0.5,
+                       random_state=0, feature_extractor=_dropout_net()).fit(X, y)
+    bn = est.model_.feature_extractor[4]
+    steps = len(est.history_["iteration"])
+    assert steps == 8 and int(bn.num_batches_tracked) == steps
+    assert est.score(X, y) > 0.9

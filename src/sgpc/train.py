@@ -365,9 +365,23 @@ class _Diverged(ArithmeticError):
 _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each time) before giving up
 
 
-def _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params) -> torch.Tensor:
-    """One optimiser step on the minibatch; returns the per-datum loss (before the step)."""
+def _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None) -> torch.Tensor:
+    """One optimiser step on the minibatch; returns the per-datum loss (before the step).
+
+    L-BFGS evaluates the objective up to 25 times in its line search. A feature extractor's forward pass
+    moves its batch-normalisation statistics and draws new dropout masks each time: every evaluation
+    starts from the statistics and the random state the step began with, so that the line search sees one
+    objective and a step moves the statistics once, as a step of the other optimisers does."""
+    replay = None
+    if extractor is not None and isinstance(opt, torch.optim.LBFGS):
+        replay = ([b.detach().clone() for b in extractor.buffers()], torch.get_rng_state())
+
     def closure():
+        if replay is not None:
+            with torch.no_grad():
+                for b, v in zip(extractor.buffers(), replay[0]):
+                    b.copy_(v)
+            torch.set_rng_state(replay[1])
         opt.zero_grad(set_to_none=True)
         loss = engine.loss(model, state, Xb, yb, N, idx) / N
         if comm is not None:
@@ -538,7 +552,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
                 state = comm.update(engine, model, state, Xb, yb, N, idx)
             before = [t.detach().clone() for t in tracked]
-            per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params)
+            per_datum = _step(opt, engine, model, state, Xb, yb, N, idx, comm, weight, params, extractor)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
                     Z, Z0 = params[z_index], before[z_index]
