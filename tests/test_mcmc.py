@@ -7,7 +7,7 @@ import torch
 
 from sgpc import kernels as K
 from sgpc.likelihoods import RobustMax
-from sgpc.mcmc import elliptical_slice, predict_log_proba, prior_cholesky
+from sgpc.mcmc import elliptical_slice, posterior_reference, predict_log_proba, prior_cholesky
 
 DT = torch.float64
 
@@ -30,6 +30,56 @@ def test_samples_match_the_exact_gaussian_posterior():
     assert torch.allclose(samples.mean(0), mean, atol=0.05)
     assert torch.allclose(emp_cov, cov, atol=0.05)
     assert 1.0 <= info["proposals_per_iteration"] < 10.0
+
+
+def test_a_gaussian_reference_changes_the_moves_not_the_target():
+    # generalised elliptical slice: with the exact posterior as reference the rest of the target is
+    # constant and every first proposal is accepted; with a reference off in mean and scale the samples
+    # still have the exact posterior's moments (a wrong correction term would move them)
+    g = torch.Generator().manual_seed(1)
+    X = torch.tensor([[-1.0], [0.0], [1.5]], dtype=DT)
+    kern = K.RBF(1, 2, lengthscale=1.0, variance=1.5, noise=1e-2, dtype=DT)
+    chol = prior_cholesky(kern, X)
+    Kf = chol @ chol.mT
+    y = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], dtype=DT)
+    s2 = 0.3
+    cov = torch.linalg.inv(torch.linalg.inv(Kf) + torch.eye(3, dtype=DT) / s2)
+    mean = (cov @ (y / s2)[..., None])[..., 0]
+    log_lik = lambda F: -0.5 * ((F - y) ** 2).sum() / s2
+    exact = (mean, torch.linalg.cholesky(cov))
+    samples, info = elliptical_slice(log_lik, chol, 3000, burn_in=0, reference=exact, generator=g)
+    assert info["proposals_per_iteration"] == 1.0
+    assert torch.allclose(samples.mean(0), mean, atol=0.05)
+    off = (mean + 0.3, torch.linalg.cholesky(1.8 * cov))
+    samples, info = elliptical_slice(log_lik, chol, 20000, burn_in=500, reference=off, generator=g)
+    emp_cov = torch.stack([torch.cov(samples[:, l].T) for l in range(2)])
+    assert torch.allclose(samples.mean(0), mean, atol=0.05)
+    assert torch.allclose(emp_cov, cov, atol=0.05)
+    # the trace is the data log-likelihood of the kept samples, not the slice's rest of the target
+    assert torch.allclose(info["log_lik"][-3:], torch.stack([log_lik(F) for F in samples[-3:]]))
+    with pytest.raises(ValueError, match="reference must be"):
+        elliptical_slice(log_lik, chol, 2, reference=(mean[:1], exact[1]))
+
+
+def test_posterior_reference_is_the_joint_of_the_sparse_marginals():
+    # its diagonal must be sparse.marginals' variances and its mean their means; with Z = X and S = K_uu
+    # (q = prior) it is the prior itself
+    from sgpc.sparse import InducingPosterior, SparseGP, marginals
+    g = torch.Generator().manual_seed(2)
+    X = torch.randn(7, 2, generator=g, dtype=DT)
+    kern = K.RBF(2, 3, lengthscale=1.3, variance=0.8, noise=1e-2, dtype=DT)
+    model = SparseGP(kern, RobustMax(3), X[:4].clone())
+    A = torch.randn(3, 4, 4, generator=g, dtype=DT) * 0.3
+    q = InducingPosterior(torch.randn(3, 4, generator=g, dtype=DT), torch.linalg.cholesky(A @ A.mT + 0.2 * torch.eye(4, dtype=DT)))
+    mean, chol = posterior_reference(model, q, X)
+    m, v = marginals(model, q, X)
+    assert torch.allclose(mean, m.T, atol=1e-10)
+    assert torch.allclose((chol @ chol.mT).diagonal(dim1=-2, dim2=-1), v.T, atol=1e-8)
+    model = SparseGP(kern, RobustMax(3), X.clone())
+    prior = InducingPosterior(torch.zeros(3, 7, dtype=DT), torch.linalg.cholesky(kern(X, X)))
+    mean, chol = posterior_reference(model, prior, X)
+    P = prior_cholesky(kern, X)
+    assert torch.allclose(mean, torch.zeros_like(mean)) and torch.allclose(chol @ chol.mT, P @ P.mT, atol=1e-8)
 
 
 def test_prior_samples_without_likelihood_and_seeded_reproducibility():

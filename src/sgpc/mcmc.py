@@ -9,6 +9,14 @@ sampling (Murray, Adams & MacKay 2010), one joint update of all L·N values per 
     repeat: F' = F cos θ + ν sin θ; accept if log L(F') > log t, else shrink the bracket towards 0
     and draw θ again from it.
 
+With a Gaussian reference N(F | μ, S) close to the posterior (e.g. EP's, ``posterior_reference``) the
+ellipses are drawn around μ with ν ~ N(0, S), and the slice is taken on the rest of the target,
+log L(F) + log N(F | 0, K) − log N(F | μ, S) (generalised elliptical slice sampling: Nishihara, Murray
+& Adams 2014, §3). The target is unchanged; only the moves are. Where the reference is close to the
+posterior the rest is nearly constant and the chain takes large steps in the posterior's own geometry;
+with the prior's ellipses a sharply constrained posterior (the step likelihood) is crossed in small
+steps, and chains started apart stay apart for tens of thousands of iterations.
+
 It needs only the log-likelihood, so any ``Likelihood`` works; the hyper-parameters (kernel, ε)
 are fixed, e.g. those of a fitted ``GPClassifier``. Predictions average p(y* | f*) over the samples,
 with f* | F the GP conditional at each test point (independent across points and latent
@@ -27,7 +35,7 @@ import torch
 
 from .gaussian import cholesky, solve_lower
 
-__all__ = ["prior_cholesky", "elliptical_slice", "predict_log_proba", "split_rhat"]
+__all__ = ["prior_cholesky", "posterior_reference", "elliptical_slice", "predict_log_proba", "split_rhat"]
 
 
 @torch.no_grad()
@@ -39,8 +47,27 @@ def prior_cholesky(kernel, X: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def posterior_reference(model, q, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The joint Gaussian q(F) = ∫ p(F | u) q(u) du of a fitted sparse model at X [N,D], as a reference
+    for ``elliptical_slice``: mean [L,N] and lower Cholesky factor [L,N,N] of the covariance
+    K_ff − Q_ff + Aᵀ S_w A (A = L_K⁻¹ K_uf, S_w the whitened covariance of q(u); K_ff with the latent
+    noise on its diagonal, as ``prior_cholesky``). ``marginals`` gives its diagonal."""
+    from .sparse import _whiten        # the module is sampling-only; sparse imports nothing from here
+    Lk = model.chol_Kuu()
+    mean_w, chol_w = _whiten(q, Lk)
+    A = solve_lower(Lk, model.kernel(model.Z, X))                                  # [L,M,N]
+    B = chol_w.transpose(-1, -2) @ A                                               # [L,M,N]
+    K = model.kernel(X, X)
+    K = K - torch.diag_embed(K.diagonal(dim1=-2, dim2=-1)) + torch.diag_embed(model.kernel.diag(X))
+    cov = K - A.transpose(-1, -2) @ A + B.transpose(-1, -2) @ B
+    mean = (A.transpose(-1, -2) @ mean_w[..., None])[..., 0]                       # [L,N]
+    return mean, cholesky(0.5 * (cov + cov.transpose(-1, -2)), what="q(F)")
+
+
+@torch.no_grad()
 def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torch.Tensor, n_samples: int, *,
                      burn_in: int = 500, thin: int = 1, f0: torch.Tensor | None = None,
+                     reference: tuple[torch.Tensor, torch.Tensor] | None = None,
                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
     """Samples of F [L,N] from p(F) ∝ exp(log_lik(F)) N(F | 0, chol cholᵀ).
 
@@ -48,33 +75,53 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
         log_lik: F [L,N] -> scalar log-likelihood.
         chol: [L,N,N] lower Cholesky factors of the prior covariances.
         n_samples: samples kept; burn_in: iterations discarded first; thin: iterations per kept sample.
-        f0: initial state (default: zeros). generator: the only randomness (seeded: reproducible).
+        f0: initial state (default: zeros, or the reference's mean).
+        reference: (mean [L,N], chol [L,N,N]) of a Gaussian N(μ, S) close to the posterior: ellipses
+            around μ with directions from S, the slice on log_lik(F) + log N(F|0,K) − log N(F|μ,S)
+            (module doc). None: the prior's ellipses (plain elliptical slice sampling).
+        generator: the only randomness (seeded: reproducible).
     Returns:
         (samples [n_samples,L,N], info): info["proposals_per_iteration"] (mean ellipse proposals) and
-        info["log_lik"], the log-likelihood of each kept sample [n_samples] (a trace for ``split_rhat``).
+        info["log_lik"], the log-likelihood log_lik(F) of each kept sample [n_samples] (a trace for
+        ``split_rhat``).
     """
     if n_samples < 1 or burn_in < 0 or thin < 1:
         raise ValueError(f"need n_samples >= 1, burn_in >= 0, thin >= 1; got {n_samples}, {burn_in}, {thin}")
     L, N = chol.shape[0], chol.shape[-1]
     dt = chol.dtype
-    f = torch.zeros(L, N, dtype=dt, device=chol.device) if f0 is None else f0.clone()
-    ll = float(log_lik(f))
-    if not math.isfinite(ll):
+    if reference is None:
+        centre, directions = torch.zeros(L, N, dtype=dt, device=chol.device), chol
+
+        def rest(F):                         # the part of the log target that the ellipses do not carry
+            return float(log_lik(F))
+    else:
+        centre, directions = reference
+        if centre.shape != (L, N) or directions.shape != chol.shape:
+            raise ValueError(f"reference must be (mean [{L},{N}], chol [{L},{N},{N}]), got "
+                             f"{tuple(centre.shape)} and {tuple(directions.shape)}")
+
+        def rest(F):
+            a = solve_lower(chol, F[..., None])
+            b = solve_lower(directions, (F - centre)[..., None])
+            return float(log_lik(F)) - 0.5 * float((a * a).sum() - (b * b).sum())
+    f = centre.clone() if f0 is None else f0.clone()
+    r = rest(f)
+    if not math.isfinite(r):
         raise ValueError("the initial state has zero likelihood; pass an f0 with finite log_lik")
     out, trace, proposals = [], [], 0
     total = burn_in + n_samples * thin
     for it in range(total):
-        nu = (chol @ torch.randn(L, N, 1, dtype=dt, generator=generator).to(chol.device))[..., 0]
+        nu = (directions @ torch.randn(L, N, 1, dtype=dt, generator=generator).to(chol.device))[..., 0]
         u = float(torch.rand((), dtype=dt, generator=generator))
-        log_t = ll + (math.log(u) if u > 0.0 else -math.inf)     # float32 draws are 0 once in ~1.7e7
+        log_t = r + (math.log(u) if u > 0.0 else -math.inf)      # float32 draws are 0 once in ~1.7e7
         theta = 2.0 * math.pi * float(torch.rand((), dtype=dt, generator=generator))
         lo, hi = theta - 2.0 * math.pi, theta
         while True:
             proposals += 1
-            f_new = f * math.cos(theta) + nu * math.sin(theta)
-            ll_new = float(log_lik(f_new))
-            if ll_new > log_t:
-                f, ll = f_new, ll_new
+            f_new = centre + (f - centre) * math.cos(theta) + nu * math.sin(theta)
+            r_new = rest(f_new)
+            if r_new > log_t:
+                f, r = f_new, r_new
                 break
             if theta < 0.0:
                 lo = theta
@@ -83,7 +130,7 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
             theta = lo + (hi - lo) * float(torch.rand((), dtype=dt, generator=generator))
         if it >= burn_in and (it - burn_in) % thin == thin - 1:
             out.append(f)
-            trace.append(ll)
+            trace.append(float(log_lik(f)) if reference is not None else r)
     return torch.stack(out), {"proposals_per_iteration": proposals / total,
                               "log_lik": torch.tensor(trace, dtype=torch.float64)}
 
