@@ -169,3 +169,31 @@ def test_cholesky_inside_torch_compile_is_one_graph_and_marks_failures_nan():
     out = fn(bad)
     torch.testing.assert_close(out[0], eager[0])
     assert torch.isnan(out[1]).all()
+
+
+def test_log_ndtr_derivative_far_in_the_tail():
+    # EP's tilted variance of a step factor keeps only 1 − r(r + z) ≈ 1/z² of the bracket; with torch's
+    # derivative of log_ndtr it was 2e-5 off at z = −100, 3% at −300 and of the wrong sign at −1000
+    mpmath = pytest.importorskip("mpmath")
+    from sgpc.gaussian import log_ndtr
+    from sgpc.ep import pairwise_factors
+    mpmath.mp.dps = 50
+    z = torch.tensor([-1000.0, -300.0, -100.0, -10.0, 0.0, 5.0, 30.0, 40.0], dtype=torch.float64, requires_grad=True)
+    (r,) = torch.autograd.grad(log_ndtr(z).sum(), z)
+    exact_r = [float(mpmath.npdf(v) / mpmath.ncdf(v)) for v in z.tolist()]
+    assert torch.allclose(r, torch.tensor(exact_r, dtype=torch.float64), rtol=1e-12, atol=0.0)
+    assert torch.equal(log_ndtr(z.detach()), torch.special.log_ndtr(z.detach()))
+    # the tilted variance of one pairwise factor, cavity N(m, 1) for f_y and N(0, 1e-6) for f_k: all the
+    # cavity's variance is in f_y, so v̂_y = 1 − r(r + z) to leading order
+    factors = pairwise_factors(torch.tensor([0]), 2)
+    for zv, tol in ((-100.0, 1e-7), (-300.0, 2e-5), (-1000.0, 1e-3)):     # 1.5e-8, 3e-6, 1e-4 measured
+        s = math.sqrt(1.0 + 1e-6)
+        mean = torch.tensor([[[zv * s, 0.0]]], dtype=torch.float64)
+        var = torch.tensor([[[1.0, 1e-6]]], dtype=torch.float64)
+        _, _, v_hat = G.match_moments(lambda m, v: factors.log_Z(m, v), mean, var)
+        zz = mpmath.mpf(zv)
+        rr = mpmath.npdf(zz) / mpmath.ncdf(zz)
+        exact = float(1 - rr * (rr + zz) / (1 + mpmath.mpf("1e-6")))
+        assert abs(float(v_hat[0, 0, 0]) - exact) < tol * exact
+    w = torch.tensor([-30.0, -3.0, 0.5, 4.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(log_ndtr, (w,))

@@ -37,9 +37,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
-from torch.special import log_ndtr
 
-from .gaussian import cholesky, match_moments, solve_lower
+from .gaussian import cholesky, log_ndtr, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",

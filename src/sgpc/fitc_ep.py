@@ -41,9 +41,8 @@ from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
-from torch.special import log_ndtr
 
-from .gaussian import NotPositiveDefiniteError, match_moments, solve_lower
+from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["PairSites", "FITCPrior", "fitc_prior", "zero_sites", "factor_mask", "site_totals",
