@@ -228,3 +228,20 @@ def test_log_prob_largest_in_chunks_equals_one_pass(monkeypatch):
     torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(Q.prob_label_largest(y, mean, var), whole_label, rtol=1e-13, atol=1e-15)
     assert len(sizes) > 3 and max(sizes) == 4
+
+
+@pytest.mark.parametrize("means", [[0.0, 0.0, 0.0], [0.3, 0.0, 0.0]])
+def test_panel_gradients_where_panel_edges_coincide(means):
+    # two classes with one marginal put every panel edge twice: the zero-width panels' derivative in
+    # their width was dropped (∂P/∂m off by a factor of 5, the two equal classes' of opposite sign)
+    y = torch.tensor([2])
+    mean, var = torch.tensor([means]), torch.tensor([[1.0, 1.0, 20.0]])               # ratio 20: the panel path
+    for fn in (lambda m, v: Q.prob_label_largest(y, m, v), lambda m, v: Q.log_prob_label_largest(y, m, v)):
+        m, v = mean.clone().requires_grad_(), var.clone().requires_grad_()
+        gm, gv = torch.autograd.grad(fn(m, v).sum(), (m, v))
+        h = 1e-6
+        for j in range(3):
+            e = torch.zeros_like(mean)
+            e[0, j] = h
+            assert abs(gm[0, j] - (fn(mean + e, var) - fn(mean - e, var)).sum() / (2 * h)) < 1e-6
+            assert abs(gv[0, j] - (fn(mean, var + e) - fn(mean, var - e)).sum() / (2 * h)) < 1e-6
