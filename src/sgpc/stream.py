@@ -30,6 +30,7 @@ gfitc index every data point and need the data in memory).
 """
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 
@@ -78,7 +79,7 @@ class ParquetSource:
         schema = self._file.schema_arrow
         import pyarrow.types as pt
         bad = [c for c in self.features if not (pt.is_integer(schema.field(c).type) or pt.is_floating(schema.field(c).type)
-                                               or pt.is_boolean(schema.field(c).type))]
+                                               or pt.is_boolean(schema.field(c).type) or pt.is_decimal(schema.field(c).type))]
         if bad:
             hint = (f"; if {bad[0]!r} is the label, name it: ParquetSource(path, target={bad[0]!r})"
                     if target is None else "")
@@ -90,6 +91,8 @@ class ParquetSource:
 
     def read(self, block: int):
         """Row group ``block``: (X [n,D] float64, y [n] or None)."""
+        import pyarrow as pa
+
         cols = self.features + ([self.target] if self.target is not None else [])
         t = self._file.read_row_group(block, columns=cols)
         X = np.empty((t.num_rows, self.n_features), dtype=np.float64)
@@ -97,7 +100,7 @@ class ParquetSource:
             col = t.column(c)
             if col.null_count:
                 raise ValueError(f"{self.path}: column {c!r} has missing values in row group {block}")
-            X[:, j] = col.to_numpy()
+            X[:, j] = col.cast(pa.float64()).to_numpy() if pa.types.is_decimal(col.type) else col.to_numpy()
         if self.target is None:
             return X, None
         label = t.column(self.target)
@@ -108,6 +111,8 @@ class ParquetSource:
         # string labels as a fixed-width array, not Python objects: a kept sample of object labels
         # would pin the interpreter's memory arenas of every block it came from; stripped, as
         # datasets.load_file strips them, so that " a" and "a" are one class either way
+        if y.dtype == bool:           # as datasets.load_file reads it: classes 0 and 1, not False and True
+            return X, y.astype(np.int64)
         return X, np.char.strip(y.astype(str)) if y.dtype == object else y
 
     def __getstate__(self):          # ParquetFile holds an open handle: re-open after unpickling
@@ -143,14 +148,17 @@ class NpySource:
         self.block_sizes = [self.block_rows] * full + ([rest] if rest else [])
 
     def __getstate__(self):
-        # a memory-mapped file travels as its path (pickling the map would copy every row into the
-        # pickle, and into each process of a data-parallel fit); arrays travel as they are
-        X = self._paths[0] if self._paths[0] is not None else self.X
-        y = self._paths[1] if self._paths[1] is not None else self.y
+        # a memory-mapped file travels as its path, or as the file and layout of a map the caller opened
+        # (pickling the map copies every row into the pickle, and into each process of a data-parallel
+        # fit); arrays travel as they are
+        X = self._paths[0] if self._paths[0] is not None else _map_or_array(self.X)
+        y = self._paths[1] if self._paths[1] is not None else _map_or_array(self.y)
         return {"X": X, "y": y, "block_rows": self.block_rows}
 
     def __setstate__(self, d):
-        self.__init__(d["X"], d["y"], d["block_rows"])
+        X, y = (np.memmap(v[1], dtype=v[2], mode="r", offset=v[3], shape=v[4], order=v[5])
+                if isinstance(v, tuple) and v and v[0] == "memmap" else v for v in (d["X"], d["y"]))
+        self.__init__(X, y, d["block_rows"])
 
     def read(self, block: int):
         """Rows [block·block_rows, …) as (X [n,D] float64, y [n] or None); copies only this block."""
@@ -158,6 +166,15 @@ class NpySource:
         b = a + self.block_sizes[block]
         X = np.asarray(self.X[a:b], dtype=np.float64)
         return X, None if self.y is None else np.asarray(self.y[a:b])
+
+
+def _map_or_array(a):
+    """A memmap over a whole file region as ("memmap", file, dtype, offset, shape, order) — reopened
+    read-only by ``NpySource.__setstate__`` — else the array itself."""
+    if isinstance(a, np.memmap) and getattr(a, "filename", None) and isinstance(a.base, mmap.mmap) \
+            and (a.flags.c_contiguous or a.flags.f_contiguous):     # a slice's base is its parent, not the map
+        return ("memmap", a.filename, a.dtype.str, int(a.offset), a.shape, "C" if a.flags.c_contiguous else "F")
+    return a
 
 
 def _array(a, name: str) -> np.ndarray:
@@ -314,15 +331,27 @@ class Minibatches:
         self._it = None
 
     def state_dict(self) -> dict:
-        """Position: generator state at the start of the current epoch and batches produced in it."""
-        return {"epoch_rng": self._epoch_rng.clone(), "batch": int(self._batch), "batch_size": self.batch_size}
+        """Position: generator state at the start of the current epoch and batches produced in it, with
+        what gives those draws their rows (batch size, block sizes, blocks per window)."""
+        return {"epoch_rng": self._epoch_rng.clone(), "batch": int(self._batch), "batch_size": self.batch_size,
+                "block_sizes": list(map(int, self.source.block_sizes)), "buffer_blocks": self.buffer_blocks}
 
     def load_state_dict(self, d: dict) -> None:
         """Continue from a ``state_dict``: the next batch is the one that followed it. The position counts
-        batches, so it holds only for the batch size it was written with (a ValueError otherwise)."""
+        batches of block-shuffled windows, so it holds only for the batch size, block layout (row groups,
+        ``block_rows``) and ``buffer_blocks`` it was written with: anything else is a ValueError (the
+        resumed epoch repeated a quarter of its rows and skipped as many)."""
         if d.get("batch_size", self.batch_size) != self.batch_size:
             raise ValueError(f"the stream position was saved with batch_size={d['batch_size']}, this fit uses "
                              f"{self.batch_size}: the epoch would skip or repeat rows; resume with the same batch_size")
+        sizes = list(map(int, self.source.block_sizes))
+        if "block_sizes" in d and list(d["block_sizes"]) != sizes:   # positions written before it was saved lack it
+            raise ValueError(f"the stream position was saved for {len(d['block_sizes'])} blocks of sizes "
+                             f"{_sizes_text(d['block_sizes'])}, this source has {len(sizes)} of {_sizes_text(sizes)}: "
+                             "the epoch would skip or repeat rows; resume on the same file (row groups) or block_rows")
+        if d.get("buffer_blocks", self.buffer_blocks) != self.buffer_blocks:
+            raise ValueError(f"the stream position was saved with buffer_blocks={d['buffer_blocks']}, this fit uses "
+                             f"{self.buffer_blocks}: the epoch would skip or repeat rows; resume with the same value")
         self.generator.set_state(d["epoch_rng"])
         self._it = self._epoch(int(d["batch"]))
 
@@ -369,6 +398,12 @@ class Minibatches:
                 yield Xc[start:start + B], yc[start:start + B]
                 start += B
             bufX, bufy = [Xc[start:]], [yc[start:]]
+
+
+def _sizes_text(sizes) -> str:
+    """Block sizes for a message: the distinct sizes, e.g. '40 (×5), 3'."""
+    u, c = np.unique(np.asarray(sizes), return_counts=True)
+    return ", ".join(f"{int(a)} (×{int(k)})" if k > 1 else f"{int(a)}" for a, k in zip(u[::-1], c[::-1]))
 
 
 def iter_rows(source, batch_size: int = 65536):
