@@ -127,6 +127,56 @@ def test_bad_launch_arguments():
         comm.shard(torch.zeros(3, 1), torch.zeros(3), None)
 
 
+def _raise_in_rank_1(comm):
+    if comm.rank == 1:
+        raise ValueError("bad option in rank 1")
+    return comm.rank
+
+
+def _sleep_and_record(comm, folder):
+    import os
+    import pathlib
+    import time
+    pathlib.Path(folder, f"pid{comm.rank}").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def test_a_rank_error_is_raised_as_itself_and_a_terminated_launcher_stops_its_ranks(tmp_path):
+    # a ValueError in a rank reached the CLI as torch's ProcessRaisedException (a traceback instead of
+    # "sgpc fit: error: ..."); a launcher killed with SIGTERM left its ranks training to the end
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    with pytest.raises(ValueError, match="bad option in rank 1"):
+        distributed.launch(_raise_in_rank_1, 2)
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); import test_distributed as t; "
+            "from sgpc import distributed; distributed.launch(t._sleep_and_record, 2, sys.argv[1])")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), os.path.dirname(__file__)])
+    try:
+        deadline = time.time() + 60
+        while len(list(tmp_path.glob("pid*"))) < 2 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        pids = [int(p.read_text()) for p in tmp_path.glob("pid*")]
+        assert len(pids) == 2, "the ranks did not start"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 128 + signal.SIGTERM
+        deadline = time.time() + 15
+
+        def alive(pid):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            return True
+        while any(alive(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in pids)
+    finally:
+        proc.kill()
+
+
 @pytest.mark.slow
 def test_cli_fit_nproc_2_matches_one_process(tmp_path):
     from sgpc import cli

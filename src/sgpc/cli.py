@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stream a Parquet file in row groups instead of loading it (vi, sep, apep, arpep, rpapep; "
                         "needs --batch-size; standardisation statistics from one streaming pass)")
     p.add_argument("--nproc", type=int, default=1, metavar="P",
-                   help="data-parallel training in P local processes (torch.distributed, gloo; default: 1)")
+                   help="data-parallel training in P local processes (torch.distributed, gloo; default: 1), "
+                        "each with --threads torch threads (default 1)")
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("predict", parents=[common], help="write class probabilities for a file",
@@ -296,7 +297,8 @@ def _fit_maybe_parallel(est, X, y, args):
     if args.nproc == 1:
         return est.fit(X, y, resume=args.resume)
     from . import distributed
-    return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume)[0]
+    threads = args.threads if args.threads is not None else 1       # per process: P processes share the cores
+    return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume, threads=threads)[0]
 
 
 def _cmd_fit_stream(args) -> int:

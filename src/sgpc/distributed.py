@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
+import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -91,25 +94,47 @@ class Communicator:
 def init(backend: str | None = None) -> Communicator:
     """Join the process group described by the environment (torchrun, or MASTER_ADDR/MASTER_PORT/
     RANK/WORLD_SIZE set by hand on each machine). backend: "gloo" (CPU), "nccl" (GPU); default gloo,
-    nccl when CUDA is available."""
+    and where CUDA is available "cpu:gloo,cuda:nccl", which reduces each tensor on its own device (plain
+    NCCL cannot reduce the CPU tensors of a model trained on the CPU of a machine that has a GPU)."""
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
             raise ValueError(f"environment variable {var} is not set: launch with torchrun, or set RANK, "
                              "WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, init_method="env://")
     return Communicator(dist.get_rank(), dist.get_world_size())
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel sends this process SIGTERM when the launching process dies (a launcher killed
+    with SIGKILL left its ranks training to the end, their results in a directory nobody removes)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))     # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
 def _worker(rank: int, world_size: int, init_file: str, out_dir: str, backend: str, threads: int | None, fn, args):
-    """One spawned process: join the group, run fn(comm, *args), rank 0 pickles the result."""
+    """One spawned process: join the group, run fn(comm, *args), each rank pickles its result (or the
+    exception it raised, for ``launch`` to raise in the caller)."""
+    _die_with_parent()
     if threads is not None:
         torch.set_num_threads(threads)
     dist.init_process_group(backend=backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
-        result = fn(Communicator(rank, world_size), *args)
+        try:
+            result = fn(Communicator(rank, world_size), *args)
+        except Exception as exc:
+            try:
+                with open(os.path.join(out_dir, f"error{rank}.pkl"), "wb") as f:
+                    pickle.dump(exc, f)
+            except Exception:           # an exception that does not pickle: torch reports its traceback
+                pass
+            raise
         with open(os.path.join(out_dir, f"result{rank}.pkl"), "wb") as f:
             pickle.dump(result, f)
         # every rank is past its last collective before any tears the group down: without this gloo
@@ -119,19 +144,46 @@ def _worker(rank: int, world_size: int, init_file: str, out_dir: str, backend: s
         dist.destroy_process_group()
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def launch(fn, nproc: int, *args, backend: str = "gloo", threads: int | None = 1) -> list:
     """Run ``fn(comm, *args)`` in ``nproc`` local processes; returns their results, by rank.
 
     ``fn`` must be importable (a module-level function). Rendezvous through a temporary file;
-    ``threads``: torch threads per process (None: torch's default).
+    ``threads``: torch threads per process (None: torch's default). An exception raised by ``fn`` in a
+    rank is raised here as itself (a ValueError stays a ValueError). When this process is interrupted
+    or terminated (SIGTERM), or dies, the ranks are stopped too.
     """
     if not (isinstance(nproc, int) and nproc >= 1):
         raise ValueError(f"nproc must be a positive integer, got {nproc!r}")
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessRaisedException
 
+    main_thread = threading.current_thread() is threading.main_thread()
     with tempfile.TemporaryDirectory(prefix="sgpc-dist-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        mp.spawn(_worker, args=(nproc, init_file, tmp, backend, threads, fn, args), nprocs=nproc, join=True)
+        previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+        ctx = mp.start_processes(_worker, args=(nproc, init_file, tmp, backend, threads, fn, args), nprocs=nproc,
+                                 join=False, start_method="spawn")
+        try:
+            while not ctx.join():
+                pass
+        except ProcessRaisedException as exc:
+            err = os.path.join(tmp, f"error{exc.error_index}.pkl")
+            if os.path.exists(err):
+                with open(err, "rb") as f:                                 # our own file, written just now
+                    raise pickle.load(f) from None
+            raise
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.terminate()
+            for p in ctx.processes:
+                p.join(10)
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
         out = []
         for r in range(nproc):
             with open(os.path.join(tmp, f"result{r}.pkl"), "rb") as f:   # our own files, written just now
