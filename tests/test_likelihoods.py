@@ -153,3 +153,25 @@ def test_log1mexp_values_and_gradients_are_finite_across_its_range():
     torch.testing.assert_close(v.detach()[1:], ref, rtol=1e-12, atol=0)
     assert torch.isfinite(x.grad).all()
     torch.testing.assert_close(x.grad[1:], -1.0 / torch.expm1(-xs[1:]), rtol=1e-9, atol=0)
+
+
+def test_robust_max_tilted_normaliser_from_linear_p_equals_the_log_space_form():
+    # log E[p^α] = α log b + log1p((e^{α log(a/b)} − 1) P) with P in linear space (the fast rule) against
+    # logaddexp(log P + α log a, log(1 − P) + α log b) with P in log space, including P of 1e-30 and 1 − 1e-12,
+    # and in float32 (P keeps its relative precision: a sum of positive terms)
+    from sgpc import quadrature
+    lik = LK.RobustMax(4, epsilon=1e-3)
+    y = torch.tensor([0, 0, 0, 1, 2])
+    m = torch.tensor([[-12.0, 0.0, 0.5, 0.2], [9.0, 0.0, -1.0, 0.3], [0.1, 0.0, 0.2, -0.1],
+                      [0.0, 1.0, 0.0, 0.0], [1.0, 2.0, -3.0, 0.0]], dtype=torch.float64)
+    v = torch.tensor([[1.0, 0.5, 0.8, 1.2], [0.3, 0.2, 0.1, 0.4], [2.0, 1.0, 0.5, 3.0],
+                      [1.0, 1.0, 1.0, 1.0], [0.5, 4.0, 1.0, 0.2]], dtype=torch.float64)
+    log_a, log_b = lik._log_a_b()
+    log_P = quadrature.log_prob_label_largest(y, m, v, lik.n_points)
+    assert log_P[0] < -60 and log_P[1] > -1e-12
+    for alpha in (1e-3, 0.5, 1.0):
+        want = torch.logaddexp(log_P + alpha * log_a, LK.log1mexp(log_P) + alpha * log_b)
+        torch.testing.assert_close(lik.log_tilted(y, m, v, alpha), want, rtol=1e-12, atol=1e-14)
+        got32 = lik.float().log_tilted(y, m.float(), v.float(), alpha)
+        lik.double()
+        torch.testing.assert_close(got32.double(), want, rtol=2e-6, atol=5e-6 * alpha)     # (1/α)·error ≤ 5e-6
