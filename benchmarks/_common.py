@@ -13,19 +13,32 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 
 
-def metadata() -> dict:
-    """Git commit, library versions, machine description and thread count."""
-    import numpy
-    import sklearn
-    import torch
+def _git_state() -> tuple[str, bool | None]:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                     capture_output=True, text=True).stdout.strip())
     except OSError:
         commit, dirty = "unknown", None
+    return commit, dirty
+
+
+# the code a run executes is the code at its start (this module is imported then): a result file written
+# hours later records that commit, not whatever was committed meanwhile
+_START = (*_git_state(), time.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def metadata() -> dict:
+    """Git commit and dirty flag at the start of the run, library versions, machine description and
+    thread count (and the commit at writing time, when it differs)."""
+    import numpy
+    import sklearn
+    import torch
+    commit, dirty, started = _START
+    now = _git_state()[0]
     return {
-        "commit": commit, "dirty": dirty, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit, "dirty": dirty, "started": started, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **({"commit_at_write": now} if now != commit else {}),
         "python": sys.version.split()[0], "torch": torch.__version__, "numpy": numpy.__version__,
         "sklearn": sklearn.__version__, "machine": platform.machine(), "processor": platform.processor(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "command": " ".join(sys.argv),
@@ -40,13 +53,14 @@ def write(name: str, payload: dict) -> Path:
     return path
 
 
-def shrink_png(path) -> None:
-    """Re-save a PNG with a 32-colour palette (scatter plots with transparency compress badly: ~5× smaller).
-    Needs Pillow, which matplotlib depends on; leaves the file as it is without it."""
+def shrink_png(path, colors: int = 32) -> None:
+    """Re-save a PNG with a ``colors``-colour palette (scatter plots with transparency compress badly: ~5×
+    smaller); a figure whose colour scale carries data needs more than 32 (Figure 1's colour bar kept 7
+    shades). Needs Pillow, which matplotlib depends on; leaves the file as it is without it."""
     try:
         from PIL import Image
     except ImportError:
         return
     with Image.open(path) as im:
-        small = im.convert("RGB").quantize(colors=32)
+        small = im.convert("RGB").quantize(colors=colors)
     small.save(path, optimize=True)

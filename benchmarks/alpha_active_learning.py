@@ -94,15 +94,19 @@ def main():
 
 
 def summarise(runs: list[dict]) -> list[dict]:
-    """Mean error curve, start/end error and error reduction (Fig. 7) per (method, α, policy)."""
-    cells = {}
+    """Mean error curve, start/end error and error reduction (Fig. 7) per (method, α, policy), with the
+    repetitions each cell holds ("repeats"): cells of a stopped run can hold different ones, and means over
+    different repetitions are not comparable (compare on the shared ones)."""
+    cells, reps = {}, {}
     for r in runs:
         cells.setdefault((r["method"], r["alpha"], r["policy"]), []).append(np.asarray(r["error"]))
+        reps.setdefault((r["method"], r["alpha"], r["policy"]), []).append(r.get("repeat"))
     out = []
     for (m, a, p), curves in sorted(cells.items()):
         E = np.stack(curves)
         mean = E.mean(0)
-        out.append({"method": m, "alpha": a, "policy": p, "n": len(curves), "mean_error": mean.tolist(),
+        out.append({"method": m, "alpha": a, "policy": p, "n": len(curves), "repeats": reps[(m, a, p)],
+                    "mean_error": mean.tolist(),
                     "error_start": float(mean[0]), "error_end": float(mean[-1]),
                     "reduction_end": float((E[:, 0] - E[:, -1]).mean())})
     return out

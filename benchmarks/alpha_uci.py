@@ -14,6 +14,7 @@ Writes results/alpha_uci.json (every run, and average ranks per method and α).
 from __future__ import annotations
 
 import argparse
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -34,6 +35,8 @@ def ranks(rows):
         groups[(r["method"], r["set"], r["fraction"], r["seed"])].append(r)
     acc = defaultdict(list)
     for (method, *_), rs in groups.items():
+        if not all(np.isfinite(r["nll"]) for r in rs):     # a failed fit: rankdata would make every rank NaN
+            continue
         rk = rankdata([r["nll"] for r in rs])
         for r, k in zip(rs, rk):
             acc[(method, r["alpha"])].append(float(k))
@@ -49,7 +52,7 @@ def method_ranks(rows):
     n_methods = len({r["method"] for r in rows})
     acc = defaultdict(list)
     for (alpha, *_), rs in groups.items():
-        if len(rs) == n_methods:
+        if len(rs) == n_methods and all(np.isfinite(r["nll"]) for r in rs):
             for r, k in zip(rs, rankdata([r["nll"] for r in rs])):
                 acc[(r["method"], alpha)].append(float(k))
     return [{"method": m, "alpha": a, "mean_rank": float(np.mean(v)), "n": len(v)} for (m, a), v in sorted(acc.items())]
@@ -77,7 +80,7 @@ def figure(alpha_ranks, across, path) -> None:
     fig.colorbar(sc, ax=axes, label="mean rank among methods")
     fig.savefig(path, dpi=90)
     plt.close(fig)
-    shrink_png(path)
+    shrink_png(path, colors=160)           # the colour bar is data: 32 colours left 7 shades of it
 
 
 def table(rows) -> str:
@@ -100,14 +103,17 @@ def table(rows) -> str:
 
 def merge(paths, out, keep_alphas=None):
     """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell);
-    with ``keep_alphas``, only the runs at those α."""
+    with ``keep_alphas``, only the runs at those α. Each run is tagged with its file and that file's commit;
+    groups ranked from runs of different commits, and groups left out as incomplete, are listed."""
     import json
     cells = {}
     for p in paths:
         with open(p) as fh:
-            for r in json.load(fh)["runs"]:
-                if keep_alphas is None or any(abs(r["alpha"] - a) < 1e-12 for a in keep_alphas):
-                    cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
+            d = json.load(fh)
+        for r in d["runs"]:
+            if keep_alphas is None or any(abs(r["alpha"] - a) < 1e-12 for a in keep_alphas):
+                r = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
+                cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
     rows = list(cells.values())
     # rank only complete groups: every α of the method on that set, fraction and split
     alphas = defaultdict(set)
@@ -117,6 +123,12 @@ def merge(paths, out, keep_alphas=None):
     for r in rows:
         groups[(r["method"], r["set"], r["fraction"], r["seed"])].append(r)
     complete = [r for k, rs in groups.items() if len(rs) == len(alphas[k[0]]) for r in rs]
+    for k, rs in sorted(groups.items()):
+        if len(rs) != len(alphas[k[0]]):
+            print(f"left out, incomplete: {k[0]} {k[1]} M={k[2]:g} split {k[3]} ({len(rs)} of {len(alphas[k[0]])} α)")
+        elif len({r["source_commit"] for r in rs}) > 1:
+            print(f"mixed commits: {k[0]} {k[1]} M={k[2]:g} split {k[3]}: " + ", ".join(sorted(
+                {f"{r['source']} ({str(r['source_commit'])[:7]})" for r in rs})))
     fractions = sorted({r["fraction"] for r in complete})
     by_fraction = {f"{f:g}": ranks([r for r in complete if r["fraction"] == f]) for f in fractions}
     across = method_ranks(complete)
@@ -160,7 +172,13 @@ def main():
                 for seed in range(args.first_split, args.first_split + args.splits):
                     for method in args.methods:
                         for a in args.alphas:
-                            r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a)
+                            try:
+                                r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a)
+                            except (ArithmeticError, RuntimeError, ValueError) as exc:
+                                # one failed fit is a row (left out of the ranks), not the end of the sweep
+                                r = {"set": name, "method": method, "alpha": a, "fraction": f, "seed": seed,
+                                     "M": -1, "error": float("nan"), "nll": float("nan"), "time_s": float("nan"),
+                                     "failed": f"{type(exc).__name__}: {exc}"[:300]}
                             rows.append(r)
                             print(f"{name:12s} {method:6s} alpha={a:<5g} M={r['M']:4d} seed={seed} "
                                   f"err={r['error']:.3f} nll={r['nll']:.3f} t={r['time_s']:.1f}s", flush=True)
