@@ -12,7 +12,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sgpc import GPClassifier
-from sgpc.estimator import ModelFileError, _digest
+from sgpc.estimator import ModelFileError
+from sgpc.train import digest
 
 FAST = dict(n_inducing=10, max_iter=30, random_state=0)
 
@@ -133,7 +134,7 @@ def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
     d = torch.load(path, weights_only=True)
     del d["checksum"]
     d["params"]["device"] = "cuda:0"                     # as written by a fit with device="cuda:0"
-    d["checksum"] = _digest(d)
+    d["checksum"] = digest(d)
     torch.save(d, path)
     with pytest.warns(UserWarning, match="'cuda:0', which is not available here: loading on the CPU"):
         back = GPClassifier.load(path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import math
 import os
 import warnings
@@ -28,7 +27,7 @@ from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import (TrainSettings, atomic_save, fit as fit_loop, file_error_detail, record_engine_events,
+from .train import (TrainSettings, atomic_save, digest, fit as fit_loop, file_error_detail, record_engine_events,
                     refresh, _state_to_dict, _load_state)
 from .ep import EP
 from .fitc_ep import GFITC
@@ -149,29 +148,6 @@ def _check_device(device) -> None:
         raise ValueError(f"unknown device {device!r} ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} needs CUDA, which this torch build or machine does not have; use 'cpu'")
-
-
-def _digest(payload: dict) -> str:
-    """blake2b of a model file's content: every tensor (key path, dtype, shape, bytes) and every other value
-    (its repr), in key order — a flipped bit in any weight or site changes it."""
-    h = hashlib.blake2b(digest_size=16)
-
-    def walk(obj, path: str) -> None:
-        if isinstance(obj, dict):
-            for k in sorted(obj, key=str):
-                walk(obj[k], f"{path}/{k}")
-        elif isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                walk(v, f"{path}/{i}")
-        elif isinstance(obj, torch.Tensor):
-            t = obj.detach().cpu().contiguous()
-            h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(f"{path}={obj!r}".encode())
-
-    walk(payload, "")
-    return h.hexdigest()
 
 
 def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_row: int = 0) -> None:
@@ -499,7 +475,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              max_iter=self.max_iter,
                              n_epochs=self.n_epochs, batch_size=self.batch_size,
                              checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
-                             eval_every=self.eval_every, progress=bool(self.verbose))
+                             eval_every=self.eval_every, progress=bool(self.verbose),
+                             model_structure=repr(self._structure(with_device=False)))
 
     def _validator(self, engine, X_val, y_val):
         """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
@@ -536,15 +513,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return None
         return copy.deepcopy(self.feature_extractor).to(device=self.device, dtype=self._torch_dtype())
 
-    def _structure(self) -> tuple:
+    def _structure(self, with_device: bool = True) -> tuple:
         """The settings that define the fitted model's structure (not its initial values): a warm start
         continues only a model built with the same ones, so that the fitted model is what the settings
         say (and ``save`` writes settings that rebuild it). Initial values (latent_noise's value,
         init_lengthscale, inducing_init, ...) and the engine's settings (alpha, damping, learning rate)
-        may change between warm-started fits."""
+        may change between warm-started fits. A checkpoint resumes only the same structure, on any device
+        (``with_device=False``)."""
         return (self.method, self.likelihood, self.kernel, self.latent_noise is None, bool(self.shared_kernel),
                 bool(self.shared_inducing), bool(self.learn_inducing), bool(self.learn_epsilon),
-                None if self.learn_epsilon else float(self.epsilon), self.dtype, str(self.device),
+                None if self.learn_epsilon else float(self.epsilon), self.dtype,
+                *((str(self.device),) if with_device else ()),
                 self.noise_variance, bool(self.learn_delta), None if self.learn_delta else float(self.delta),
                 int(self.n_samples_predict), self.softmax_predict,
                 float(self.outlier_prior_a), float(self.outlier_prior_b), _architecture(self.feature_extractor))
@@ -867,6 +846,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             "state": _state_to_dict(self.state_),
             "posterior": {"mean": self.posterior_.mean.detach().cpu(), "chol": self.posterior_.chol.detach().cpu()},
             "history": self.history_, "n_iter": int(self.n_iter_),
+            "warm_started": bool(getattr(self, "warm_started_", False)),
         }
         if hasattr(self, "feature_names_in_"):
             payload["feature_names_in"] = [str(c) for c in self.feature_names_in_]
@@ -874,7 +854,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
-        payload["checksum"] = _digest(payload)
+        payload["checksum"] = digest(payload)
         atomic_save(path, payload)
 
     @classmethod
@@ -899,7 +879,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if d.get("version") != _VERSION:
             raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {_VERSION}")
         stored = d.pop("checksum", None)        # files written before checksums were added have none
-        if stored is not None and stored != _digest(d):
+        if stored is not None and stored != digest(d):
             raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
                                  "its content); refit or restore the file from a copy")
         if bool(d.get("has_feature_extractor", False)) != (feature_extractor is not None):
@@ -939,12 +919,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
+            est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
             est._fitted_as_ = est._structure()
             est._full_gp_ = bool(d.get("full_gp", False))
             if est._full_gp_:
                 est.model_.Z.requires_grad_(False)
             if "row_keys" in d:
                 est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
-        except (KeyError, TypeError, RuntimeError, ValueError) as exc:
+        except (KeyError, TypeError, RuntimeError, ValueError, AttributeError, IndexError) as exc:
             raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: {type(exc).__name__}: {exc}") from None
         return est

@@ -92,7 +92,8 @@ class TrainSettings:
         optimizer: "adam", "lbfgs" (full batch only) or "adaptive" (sign-adapted per-parameter
             rates, the papers' batch rule; see ``SignAdaptive``).
         learning_rate: Adam step size (L-BFGS: initial step, 1.0 recommended).
-        max_iter: optimiser steps; ``n_epochs`` overrides it with ceil(N / batch) · n_epochs.
+        max_iter: optimiser steps; ``n_epochs`` overrides it with ⌊N / batch⌋ · n_epochs (an epoch drops its
+            incomplete last batch).
         batch_size: minibatch size |B|; None = full batch.
         checkpoint_path / checkpoint_every: write a resumable checkpoint every K steps (0 = never).
         eval_every: steps between validation evaluations (when a validation function is given).
@@ -101,6 +102,9 @@ class TrainSettings:
         lr_decay: Adam only: the learning rate is multiplied by this factor per pass over the data
             (by lr_decay^(1/⌊N/|B|⌋) after every step), in (0, 1]; 1 keeps it constant. Minibatch noise puts
             a floor under what a constant rate reaches; a decaying rate goes below it.
+        model_structure: what the caller's settings make of the model beyond its modules (the estimator's
+            method, likelihood and its constants, priors, ...): a checkpoint resumes only a fit with the
+            same one.
     """
 
     optimizer: str = "adam"
@@ -114,6 +118,7 @@ class TrainSettings:
     progress: bool = False
     max_time: float | None = None
     lr_decay: float = 1.0
+    model_structure: str = ""
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -198,10 +203,13 @@ def _load_state(state, d: dict):
     return dataclasses.replace(state, **changes) if changes else state
 
 
-def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None) -> dict:
+def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: "TrainSettings") -> dict:
     """What a checkpoint must have been written for: the model's structure (module classes, a Matérn's ν,
-    the engine and its α) and the data (rows and features; in memory also a hash of X and y, so that other
-    or reordered rows — whose per-row sites would attach to the wrong rows — are refused on resume)."""
+    the engine and its α), the engine's settings and the caller's model structure (``model``), the
+    optimiser and its rate schedule (``training``: the checkpoint carries the optimiser's state, which
+    only the same optimiser can continue, and its own rates), and the data (rows and features; in memory
+    also a hash of X and y, so that other or reordered rows — whose per-row sites would attach to the
+    wrong rows — are refused on resume)."""
     parts = [type(engine).__name__, str(getattr(engine, "alpha", None))]
     for name, mod in model.named_modules():
         parts.append(f"{name}:{type(mod).__name__}:{getattr(mod, 'nu', '')}")
@@ -212,7 +220,32 @@ def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None) -> dict:
         h.update(np.ascontiguousarray(X.detach().cpu().numpy()).tobytes())
         h.update(np.ascontiguousarray(y.detach().cpu().numpy()).tobytes())
         data = {"n_rows": int(X.shape[0]), "n_features": int(X.shape[-1]), "hash": h.hexdigest()}
-    return {"structure": "|".join(parts), "data": data}
+    return {"structure": "|".join(parts), "data": data, "model": f"{engine!r}|{settings.model_structure}",
+            "training": {"optimizer": settings.optimizer, "learning_rate": float(settings.learning_rate),
+                         "lr_decay": float(settings.lr_decay)}}
+
+
+def digest(payload: dict) -> str:
+    """blake2b of a saved file's content: every tensor (key path, dtype, shape, bytes) and every other value
+    (its repr), in key order — a flipped bit in any weight, site or optimiser moment changes it."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def walk(obj, path: str) -> None:
+        if isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                walk(obj[k], f"{path}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}/{i}")
+        elif isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{path}={obj!r}".encode())
+
+    walk(payload, "")
+    return h.hexdigest()
 
 
 def atomic_save(path: str | os.PathLike, payload: dict) -> None:
@@ -231,8 +264,8 @@ def atomic_save(path: str | os.PathLike, payload: dict) -> None:
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Write a checkpoint ``payload`` atomically (``atomic_save``)."""
-    atomic_save(path, payload)
+    """Write a checkpoint ``payload`` atomically (``atomic_save``), with its ``digest`` as "checksum"."""
+    atomic_save(path, {**payload, "checksum": digest(payload)})
 
 
 def file_error_detail(exc: Exception) -> str:
@@ -254,6 +287,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"{path} is not a readable sgpc checkpoint ({file_error_detail(exc)})") from None
     if not isinstance(d, dict) or d.get("format") != "sgpc-checkpoint":
         raise CheckpointError(f"{path} is not an sgpc checkpoint")
+    stored = d.pop("checksum", None)          # checkpoints written before it existed lack it
+    if stored is not None and stored != digest(d):
+        raise CheckpointError(f"{path} is damaged: its content does not match its checksum")
     return d
 
 
@@ -481,26 +517,47 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                                 line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
     history, start = History(), 0
     z_scale_at_start = _inducing_step_scale(model, settings.optimizer)
-    fingerprint = _fingerprint(model, engine, X, y) if settings.checkpoint_path else None
+    fingerprint = _fingerprint(model, engine, X, y, settings) if settings.checkpoint_path else None
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
         ck = load_checkpoint(settings.checkpoint_path)
+        where = f"checkpoint {settings.checkpoint_path}"
         written_for = ck.get("fingerprint")          # checkpoints written before it existed lack it
-        if written_for is not None and written_for["structure"] != fingerprint["structure"]:
-            raise CheckpointError(f"checkpoint {settings.checkpoint_path} was written for another model "
-                                  f"(kernel, likelihood or method differ): {written_for['structure']!r}")
-        if written_for is not None and written_for["data"] != fingerprint["data"]:
-            raise CheckpointError(f"checkpoint {settings.checkpoint_path} was written for other data "
-                                  f"({written_for['data']}; this fit: {fingerprint['data']}); resume on the same rows "
-                                  "in the same order, or start afresh (resume=False)")
+        if not (written_for is None or isinstance(written_for, dict)):
+            raise CheckpointError(f"{where} is damaged (its fingerprint is a {type(written_for).__name__})")
+        if written_for is not None and written_for.get("structure") != fingerprint["structure"]:
+            raise CheckpointError(f"{where} was written for another model "
+                                  f"(kernel, likelihood or method differ): {written_for.get('structure')!r}")
+        if written_for is not None and written_for.get("model", fingerprint["model"]) != fingerprint["model"]:
+            raise CheckpointError(f"{where} was written for another model or engine setting: "
+                                  f"{written_for['model']!r}; this fit: {fingerprint['model']!r}")
+        if written_for is not None and written_for.get("data") != fingerprint["data"]:
+            raise CheckpointError(f"{where} was written for other data "
+                                  f"({written_for.get('data')}; this fit: {fingerprint['data']}); resume on the same "
+                                  "rows in the same order, or start afresh (resume=False)")
+        if written_for is not None and "training" in written_for:
+            changed = {k: v for k, v in written_for["training"].items() if fingerprint["training"].get(k) != v}
+            if changed:
+                raise CheckpointError(
+                    f"{where} was written with " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + "; this fit has "
+                    + ", ".join(f"{k}={fingerprint['training'][k]!r}" for k in changed) + ": a checkpoint continues its "
+                    "own optimiser and learning-rate schedule; resume with the settings it was started with, or "
+                    "start afresh (resume=False)")
         try:
             model.load_state_dict(ck["model"])
             state = _load_state(state, ck["engine"])
             opt.load_state_dict(ck["optimizer"])
-        except (RuntimeError, KeyError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint {settings.checkpoint_path} does not match this model: {exc}") from None
-        generator.set_state(ck["generator"])
-        history = History(**ck["history"])
-        start = int(ck["iteration"])
+            generator.set_state(ck["generator"])
+            history = History(**ck["history"])
+            start = int(ck["iteration"])
+        except Exception as exc:        # a damaged or foreign entry: many types (KeyError, TypeError, ...)
+            raise CheckpointError(f"{where} does not match this model or is damaged: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        if start > n_steps:
+            raise CheckpointError(f"{where} is at iteration {start}, beyond this fit's {n_steps} "
+                                  "(max_iter or n_epochs): resuming would return a model trained longer than asked; "
+                                  "raise max_iter, or start afresh (resume=False)")
+        if "z_scale" in ck:              # the inducing step scale of the fit's start (a warm start's model)
+            z_scale_at_start = None if ck["z_scale"] is None else ck["z_scale"].to(model.Z.device, model.Z.dtype)
     if streaming:
         batches = _SourceStream(X, settings.batch_size, generator, model.Z, buffer_blocks)
         if start:
@@ -532,11 +589,14 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     # which move with every forward pass (they went to inf with a diverging step and stayed there)
     extractor = getattr(model, "feature_extractor", None)
     tracked = params + ([] if extractor is None else list(extractor.buffers()))
-    if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
-        last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], tracked)]
-        rejected = int(ck["rejected"])
-    if start and "torch_rng" in ck:      # dropout draws from torch's global generator
-        torch.set_rng_state(ck["torch_rng"])
+    try:
+        if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
+            last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], tracked, strict=True)]
+            rejected = int(ck["rejected"])
+        if start and "torch_rng" in ck:      # dropout draws from torch's global generator
+            torch.set_rng_state(ck["torch_rng"])
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint {settings.checkpoint_path} is damaged: {type(exc).__name__}: {exc}") from None
     # per-step factor of the learning-rate decay: lr_decay per pass over the data, i.e. per ⌊N/|B|⌋ steps (an
     # epoch drops its incomplete last batch; the factor lr_decay^(|B|/N) fell short of lr_decay per pass
     # whenever |B| does not divide N). The rate lives in the optimiser's state, so a resumed fit continues
@@ -611,7 +671,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 "model": model.state_dict(), "engine": _state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(), "last_good": last_good, "rejected": rejected,
-                "torch_rng": torch.get_rng_state(),
+                "torch_rng": torch.get_rng_state(), "z_scale": z_scale_at_start,
                 **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
             })
         if out_of_time:
