@@ -1,7 +1,8 @@
 """sgpc: scalable Gaussian-process classification in PyTorch.
 
-Multi-class GP classifiers with inducing points: VI, EP, SEP, GFITC, and the α-divergence family
-(PEP, APEP, ARPEP, RPAPEP); the remaining methods of DESIGN.md as they land. Start with
+Multi-class GP classifiers with inducing points: VI, EP, SEP, GFITC, the α-divergence family (PEP,
+APEP, ARPEP, RPAPEP), additive-noise likelihoods (step, probit, logit, softmax), the Bayesian SVM
+(with a neural-network feature extractor) and robust multi-class GPC (RMGPC). Start with
 ``sgpc.GPClassifier``.
 """
 from .estimator import GPClassifier

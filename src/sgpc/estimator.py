@@ -223,12 +223,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             robust-max likelihood, alpha paper §3.1), "apep" (tied factor optimised by gradient of
             the Power-EP energy, alpha §3.2), "arpep" (free Gaussian q, alpha eq. 9), "rpapep"
             (free Gaussian q with the prior as one more factor, alpha eq. 10),
-            "gfitc" (EP in function space on the FITC prior with the exact step likelihood, run to
-            convergence before each hyper-parameter step; full batch only, use optimizer="lbfgs").
+            "gfitc" (EP in function space on the FITC prior with the exact step likelihood, warm-started
+            and run for at most 20 sweeps, relative tolerance 1e-3, before each hyper-parameter step —
+            ``state_.report()`` says whether the last run converged; full batch only, use optimizer="lbfgs").
             "bsvm" (Bayesian SVM, multiclass-bayesian-svm §3: the Crammer–Singer hinge pseudo-likelihood,
             ELBO eq. 12 with q(λ_n) at its optimum, inducing inputs shared by all classes; with 2 classes
-            the binary Bayesian SVM of eq. 3 with one latent function; ``likelihood`` and
-            ``shared_inducing`` are ignored; predict_proba = P(argmax f* = c)). The paper's one-vs-rest
+            the binary Bayesian SVM of eq. 3 with one latent function; ``shared_inducing`` is ignored and
+            ``likelihood`` must stay at its default; predict_proba = P(argmax f* = c)). The paper's one-vs-rest
             baseline is ``sklearn.multiclass.OneVsRestClassifier(GPClassifier(method="bsvm"))``: each
             2-class sub-problem is then the binary BSVM.
             "rmgpc" (robust multi-class GPC, Hernández-Lobato et al. 2011: step likelihood plus outlier
@@ -263,7 +264,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         lr_decay: Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch.
-        random_state: int, RandomState or None; all randomness flows from it.
+        random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
         dtype: "float64" (default) or "float32". device: "cpu", "cuda", ...
         verbose: 0 silent, 1 progress bar and a summary.
         eval_every: steps between evaluations of the validation data passed to ``fit``.
@@ -725,8 +726,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         are not refreshed by a final full-data update (that would be one more pass over the data).
         """
         if self.method not in STREAM_METHODS:
-            raise ValueError(f"method={self.method!r} keeps per-point state and needs the data in memory; "
-                             f"streaming supports {', '.join(map(repr, STREAM_METHODS))}")
+            why = "is not implemented for streaming" if self.method == "bsvm" else \
+                "keeps per-point state and needs the data in memory"
+            raise ValueError(f"method={self.method!r} {why}; streaming supports {', '.join(map(repr, STREAM_METHODS))}")
         if self.batch_size is None:
             raise ValueError("streaming from a file or source needs minibatches: set batch_size")
         if getattr(self, "feature_extractor", None) is not None:
