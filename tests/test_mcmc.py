@@ -12,23 +12,30 @@ from sgpc.mcmc import elliptical_slice, posterior_reference, predict_log_proba, 
 DT = torch.float64
 
 
-def test_samples_match_the_exact_gaussian_posterior():
-    # Gaussian likelihood N(y | f, s²): the posterior is Gaussian with known moments; the sampler only
-    # sees log_lik, so this checks the ellipse construction and the shrinking bracket
-    g = torch.Generator().manual_seed(0)
+def _gaussian_problem():
+    """Two latent GPs at 3 inputs with a Gaussian likelihood N(y | f, s²): (prior chol, log_lik, exact
+    posterior mean [2,3], exact posterior covariance [2,3,3])."""
     X = torch.tensor([[-1.0], [0.0], [1.5]], dtype=DT)
     kern = K.RBF(1, 2, lengthscale=1.0, variance=1.5, noise=1e-2, dtype=DT)
     chol = prior_cholesky(kern, X)
-    Kf = chol @ chol.mT
     y = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], dtype=DT)
     s2 = 0.3
-    samples, info = elliptical_slice(lambda F: -0.5 * ((F - y) ** 2).sum() / s2, chol, 20000, burn_in=500,
-                                     generator=g)
-    cov = torch.linalg.inv(torch.linalg.inv(Kf) + torch.eye(3, dtype=DT) / s2)
+    cov = torch.linalg.inv(torch.linalg.inv(chol @ chol.mT) + torch.eye(3, dtype=DT) / s2)
     mean = (cov @ (y / s2)[..., None])[..., 0]
-    emp_cov = torch.stack([torch.cov(samples[:, l].T) for l in range(2)])
-    assert torch.allclose(samples.mean(0), mean, atol=0.05)
-    assert torch.allclose(emp_cov, cov, atol=0.05)
+    return chol, (lambda F: -0.5 * ((F - y) ** 2).sum() / s2), mean, cov
+
+
+def _moments(samples):
+    return samples.mean(0), torch.stack([torch.cov(samples[:, l].T) for l in range(samples.shape[1])])
+
+
+def test_samples_match_the_exact_gaussian_posterior():
+    # the posterior is Gaussian with known moments; the sampler only sees log_lik, so this checks the
+    # ellipse construction and the shrinking bracket
+    chol, log_lik, mean, cov = _gaussian_problem()
+    samples, info = elliptical_slice(log_lik, chol, 20000, burn_in=500, generator=torch.Generator().manual_seed(0))
+    emp_mean, emp_cov = _moments(samples)
+    assert torch.allclose(emp_mean, mean, atol=0.05) and torch.allclose(emp_cov, cov, atol=0.05)
     assert 1.0 <= info["proposals_per_iteration"] < 10.0
 
 
@@ -37,24 +44,15 @@ def test_a_gaussian_reference_changes_the_moves_not_the_target():
     # constant and every first proposal is accepted; with a reference off in mean and scale the samples
     # still have the exact posterior's moments (a wrong correction term would move them)
     g = torch.Generator().manual_seed(1)
-    X = torch.tensor([[-1.0], [0.0], [1.5]], dtype=DT)
-    kern = K.RBF(1, 2, lengthscale=1.0, variance=1.5, noise=1e-2, dtype=DT)
-    chol = prior_cholesky(kern, X)
-    Kf = chol @ chol.mT
-    y = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], dtype=DT)
-    s2 = 0.3
-    cov = torch.linalg.inv(torch.linalg.inv(Kf) + torch.eye(3, dtype=DT) / s2)
-    mean = (cov @ (y / s2)[..., None])[..., 0]
-    log_lik = lambda F: -0.5 * ((F - y) ** 2).sum() / s2
+    chol, log_lik, mean, cov = _gaussian_problem()
     exact = (mean, torch.linalg.cholesky(cov))
     samples, info = elliptical_slice(log_lik, chol, 3000, burn_in=0, reference=exact, generator=g)
     assert info["proposals_per_iteration"] == 1.0
     assert torch.allclose(samples.mean(0), mean, atol=0.05)
     off = (mean + 0.3, torch.linalg.cholesky(1.8 * cov))
     samples, info = elliptical_slice(log_lik, chol, 20000, burn_in=500, reference=off, generator=g)
-    emp_cov = torch.stack([torch.cov(samples[:, l].T) for l in range(2)])
-    assert torch.allclose(samples.mean(0), mean, atol=0.05)
-    assert torch.allclose(emp_cov, cov, atol=0.05)
+    emp_mean, emp_cov = _moments(samples)
+    assert torch.allclose(emp_mean, mean, atol=0.05) and torch.allclose(emp_cov, cov, atol=0.05)
     # the trace is the data log-likelihood of the kept samples, not the slice's rest of the target
     assert torch.allclose(info["log_lik"][-3:], torch.stack([log_lik(F) for F in samples[-3:]]))
     with pytest.raises(ValueError, match="reference must be"):
