@@ -120,7 +120,7 @@ def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
     GPClassifier(**{**FAST, "max_iter": 2}, init_variance=np.int64(2), init_lengthscale=np.float32(1.0)).fit(X, y)
     GPClassifier(**{**FAST, "max_iter": 2}, likelihood="probit", noise_variance=np.int64(1),
                  delta=np.float32(0.01)).fit(X, y)
-    clf.set_params(random_state=np.random.RandomState(0))
+    clf.set_params(random_state=np.random.RandomState(0), max_iter=2).fit(X, y)
     with pytest.raises(TypeError, match="random_state=RandomState.*integer random_state"):
         clf.save(tmp_path / "r.pt")
     assert not (tmp_path / "r.pt").exists()
@@ -299,7 +299,7 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
             GPClassifier(**FAST).fit(X, y, X_val=X[:30], y_val=y_val)
     for kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"), (dict(max_iter=2.5), "max_iter must be an integer"),
                     (dict(checkpoint_every=-3), "checkpoint_every must be >= 0"),
-                    (dict(latent_noise=-1.0), "latent_noise must be a finite number >= 0"),
+                    (dict(latent_noise=-1.0), r"latent_noise must be a finite number in \[0, ∞\) or None"),
                     (dict(device="bogus"), "unknown device 'bogus'")):
         with pytest.raises(ValueError, match=msg):
             GPClassifier(**{**FAST, **kw}).fit(X, y)
@@ -363,3 +363,39 @@ def test_a_failed_refit_leaves_the_fitted_estimator_as_it_was(iris, monkeypatch)
     monkeypatch.setattr(E, "fit_loop", real)
     clf.fit(X, np.array(["a", "b", "c"])[y])                 # and it still continues from where it was
     assert clf.warm_started_
+
+
+def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
+    # save took get_params() at save time: after set_params(kernel="matern12") the file rebuilt another
+    # model (probabilities 0.07 off, no error); after a failed refit with a typo the file did not load
+    X, y = iris
+    clf = GPClassifier(**{**FAST, "max_iter": 3}).fit(X, y)
+    clf.set_params(kernel="matern12")
+    clf.save(tmp_path / "a.pt")
+    back = GPClassifier.load(tmp_path / "a.pt")
+    assert back.kernel == "rbf"
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    clf.set_params(kernel="rbff")
+    with pytest.raises(ValueError, match="unknown kernel 'rbff'"):
+        clf.fit(X, y)
+    clf.save(tmp_path / "b.pt")
+    np.testing.assert_array_equal(GPClassifier.load(tmp_path / "b.pt").predict_proba(X), clf.predict_proba(X))
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(learn_inducing="False"), "learn_inducing must be True or False"),      # the text switched it on
+    (dict(shared_kernel="no"), "shared_kernel must be True or False"),
+    (dict(n_inducing=True), "n_inducing must be a positive integer"),
+    (dict(latent_noise=True), r"latent_noise must be a finite number"),
+    (dict(learning_rate=float("inf")), r"learning_rate must be a finite number in \(0, ∞\)"),   # fit ended at the prior
+    (dict(init_lengthscale=float("inf")), "init_lengthscale must be a finite number"),
+    (dict(init_variance=float("inf")), "init_variance must be a finite number"),
+    (dict(alpha="0.5", method="pep"), r"alpha must be a finite number in \(0, 1\]"),   # a bare TypeError from '<'
+    (dict(epsilon=None), r"epsilon must be a finite number in \(0, 1\)"),
+    (dict(damping=0.0), r"damping must be a finite number in \(0, 1\]"),
+    (dict(lr_decay="0.9"), r"lr_decay must be a finite number in \(0, 1\]"),
+])
+def test_options_of_the_wrong_type_or_not_finite_are_refused(iris, kw, msg):
+    X, y = iris
+    with pytest.raises(ValueError, match=msg):
+        GPClassifier(**{**FAST, **kw}).fit(X, y)

@@ -123,6 +123,27 @@ def _choice(kind: str, value, valid) -> None:
         raise ValueError(f"unknown {kind} {value!r}; valid: {', '.join(map(repr, valid))}")
 
 
+def _real(name: str, value, *, low: float, high: float = math.inf, low_closed: bool = False,
+          high_closed: bool = True, none: str | None = None) -> None:
+    """ValueError unless ``value`` is a finite real number (not a bool, not text) in the interval from
+    ``low`` to ``high`` (open or closed ends); ``none``: what None means, when None is allowed."""
+    if value is None and none is not None:
+        return
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+        and math.isfinite(value) and (value >= low if low_closed else value > low) \
+        and (value <= high if high_closed else value < high)
+    if not ok:
+        interval = f"{'[' if low_closed else '('}{low:g}, {'∞)' if high == math.inf else f'{high:g}' + (']' if high_closed else ')')}"
+        raise ValueError(f"{name} must be a finite number in {interval}" + (f" or None ({none})" if none else "")
+                         + f", got {value!r}")
+
+
+def _flag(name: str, value) -> None:
+    """ValueError unless ``value`` is True or False (the text "False" is true in Python: it switched on)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
 def _plain(name: str, value):
     """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
     and devices strings; anything else that is not a number, string, boolean or None cannot be saved."""
@@ -376,15 +397,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.method in ("rmgpc", "smgpc"):
             if self.learn_epsilon:
                 raise ValueError(f"method={self.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
-            for name in ("outlier_prior_a", "outlier_prior_b"):
-                v = getattr(self, name)
-                if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
-                    raise ValueError(f"{name} must be a finite number > 0 (Beta prior of rho), got {v!r}")
+            for name in ("outlier_prior_a", "outlier_prior_b"):      # the Beta prior of ρ
+                _real(name, getattr(self, name), low=0.0)
         _check_device(self.device)
-        if self.latent_noise is not None and not (isinstance(self.latent_noise, (int, float, np.number))
-                                                  and math.isfinite(self.latent_noise) and self.latent_noise >= 0):
-            raise ValueError(f"latent_noise must be a finite number >= 0 or None (no noise term), got {self.latent_noise!r}")
-        if not (isinstance(self.n_inducing, (int, np.integer)) and self.n_inducing >= 1):
+        for name in ("learn_inducing", "shared_inducing", "shared_kernel", "learn_epsilon", "learn_delta", "warm_start"):
+            _flag(name, getattr(self, name))
+        _real("latent_noise", self.latent_noise, low=0.0, low_closed=True, none="no noise term")
+        _real("alpha", self.alpha, low=0.0, high=1.0)
+        _real("damping", self.damping, low=0.0, high=1.0)
+        _real("epsilon", self.epsilon, low=0.0, high=1.0, high_closed=False)
+        _real("learning_rate", self.learning_rate, low=0.0)
+        _real("lr_decay", self.lr_decay, low=0.0, high=1.0)
+        if not (isinstance(self.n_inducing, (int, np.integer)) and not isinstance(self.n_inducing, (bool, np.bool_))
+                and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
         if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
             raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(self.feature_extractor).__name__}")
@@ -403,19 +428,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             if self.likelihood not in ("step", "probit", "logit"):
                 raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
                                  f"not {self.likelihood!r}")
-            if not (isinstance(self.noise_variance, (int, float, np.number)) and math.isfinite(self.noise_variance)
-                    and self.noise_variance >= 0):
-                raise ValueError(f"noise_variance must be a finite number >= 0, got {self.noise_variance!r}")
-        if not (isinstance(self.delta, (int, float, np.number)) and 0.0 < self.delta < 1.0):
-            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+            _real("noise_variance", self.noise_variance, low=0.0, low_closed=True)
+        _real("delta", self.delta, low=0.0, high=1.0, high_closed=False)
         if not (isinstance(self.n_samples_predict, (int, np.integer)) and self.n_samples_predict >= 1):
             raise ValueError(f"n_samples_predict must be a positive integer, got {self.n_samples_predict!r}")
         _choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
-        if self.init_lengthscale is not None and not (isinstance(self.init_lengthscale, (int, float, np.number))
-                                                      and self.init_lengthscale > 0):
-            raise ValueError(f"init_lengthscale must be a positive number or None, got {self.init_lengthscale!r}")
-        if not (isinstance(self.init_variance, (int, float, np.number)) and self.init_variance > 0):
-            raise ValueError(f"init_variance must be a positive number, got {self.init_variance!r}")
+        _real("init_lengthscale", self.init_lengthscale, low=0.0, none="from the features' spread")
+        _real("init_variance", self.init_variance, low=0.0)
 
     def _torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
@@ -597,19 +616,26 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         kept = self._fitted_attributes()
         try:
             if self.feature_extractor is None:
-                return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
-            # dropout draws from torch's global generator: seeded from random_state for this fit (a second
-            # draw, not the minibatch generator's seed), and the caller's generator state is given back
-            seed = int(check_random_state(self.random_state).randint(0, 2 ** 31 - 1, size=2)[1])
-            device = torch.device(self.device)
-            with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-                torch.manual_seed(seed)
-                return self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+                self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+            else:
+                # dropout draws from torch's global generator: seeded from random_state for this fit (a
+                # second draw, not the minibatch generator's seed), and the caller's generator state is
+                # given back
+                seed = int(check_random_state(self.random_state).randint(0, 2 ** 31 - 1, size=2)[1])
+                device = torch.device(self.device)
+                with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+                    torch.manual_seed(seed)
+                    self._fit(X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         except BaseException:
             for name in [k for k in vars(self) if k.endswith("_") and k not in kept]:
                 delattr(self, name)
             self.__dict__.update(kept)
             raise
+        # what the fitted model was built with: ``save`` writes these, not parameters set since (a
+        # set_params after the fit, or a later fit that failed, wrote settings that rebuild another model
+        # or none)
+        self._fitted_params_ = self.get_params(deep=False)
+        return self
 
     def _fitted_attributes(self) -> dict:
         """The fitted attributes (names ending in "_"); with ``warm_start``, copies of the model and state
@@ -837,7 +863,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "posterior_")
         classes = self.classes_
-        params = {k: _plain(k, v) for k, v in self.get_params().items() if k != "feature_extractor"}
+        fitted_with = getattr(self, "_fitted_params_", None) or self.get_params(deep=False)
+        params = {k: _plain(k, v) for k, v in fitted_with.items() if k != "feature_extractor"}
         payload = {
             "format": _FORMAT, "version": _VERSION,
             "params": params,
@@ -902,6 +929,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         try:
             est = cls(**params, feature_extractor=feature_extractor)
             est._check_options()
+            est._fitted_params_ = est.get_params(deep=False)
             est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))
             est.n_features_in_ = d["n_features_in"]
             if "feature_names_in" in d:
