@@ -1,4 +1,5 @@
 """GPClassifier: the scikit-learn contract, bad input, persistence, reproducibility, end to end."""
+import math
 import pickle
 import warnings
 
@@ -399,3 +400,49 @@ def test_options_of_the_wrong_type_or_not_finite_are_refused(iris, kw, msg):
     X, y = iris
     with pytest.raises(ValueError, match=msg):
         GPClassifier(**{**FAST, **kw}).fit(X, y)
+
+
+def test_features_in_units_below_the_length_scale_floor_get_a_warning():
+    # two separable blobs in units of 1e-9 trained silently to the prior (accuracy 0.5, ℓ = √2): the
+    # constant-column test was absolute (1e-8) and ℓ cannot go below 1e-6
+    import warnings
+    from sgpc.estimator import initial_lengthscales
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(-2, 0.5, (20, 2)), rng.normal(2, 0.5, (20, 2))]
+    with pytest.warns(UserWarning, match=r"feature\(s\) \[0, 1\].*standardise X"):
+        ls = initial_lengthscales(X * 1e-9, (X * 1e-9).std(0))
+    assert np.all(ls < 1e-8)                        # from their spread, not the constant column's √D
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        initial_lengthscales(X, X.std(0))
+        initial_lengthscales(X * 1e-3, (X * 1e-3).std(0))
+    const = np.c_[X[:, :1], np.full(40, 5.0)]
+    assert initial_lengthscales(const, const.std(0))[1] == math.sqrt(2)
+
+
+def test_labels_validation_rows_complex_inputs_and_checkpoint_folders_get_clear_errors(iris, tmp_path):
+    # mixed label types and complex X raised numpy's TypeError or named the wrong columns; datetime labels
+    # fitted and saved a file that did not load; X_val's NaN was reported as X's "before predicting"; a
+    # missing checkpoint folder was found after checkpoint_every steps, losing them
+    X, y = iris
+    for bad in (np.array(["a", "b", 1] * 50, dtype=object), np.array(["a", "b", None] * 50, dtype=object)):
+        with pytest.raises(ValueError, match="y mixes label types"):
+            GPClassifier(**FAST).fit(X, bad)
+    with pytest.raises(ValueError, match="timedelta64.*labels"):
+        GPClassifier(**FAST).fit(X, y.astype("timedelta64[s]"))
+    with pytest.raises(ValueError, match="X is complex"):
+        GPClassifier(**FAST).fit(X + 0j, y)
+    Xv = X[:5].copy()
+    Xv[2, 0] = np.nan
+    with pytest.raises(ValueError, match="X_val contains NaN.*before fitting"):
+        GPClassifier(**FAST).fit(X, y, X_val=Xv, y_val=y[:5])
+    with pytest.raises(ValueError, match="X_val has 2 features"):
+        GPClassifier(**FAST).fit(X, y, X_val=X[:5, :2], y_val=y[:5])
+    with pytest.raises(ValueError, match="y_val mixes label types"):
+        GPClassifier(**FAST).fit(X, y, X_val=X[:3], y_val=np.array([0, "a", 1], dtype=object))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        GPClassifier(**FAST, checkpoint_path=str(tmp_path / "no" / "ck.pt"), checkpoint_every=50).fit(X, y)
+    with pytest.raises(ValueError, match="needs checkpoint_path"):
+        GPClassifier(**FAST, checkpoint_every=5).fit(X, y)
+    with pytest.warns(UserWarning, match="no checkpoint will be written"):
+        GPClassifier(**FAST, checkpoint_path=str(tmp_path / "ck.pt")).fit(X, y)

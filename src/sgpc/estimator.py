@@ -79,12 +79,22 @@ def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
     from everything through that one feature — on raw digits the fit then stays at the prior (90% test
     error). With the floor no feature moves a row more than 20 scaled units from the mean. It never binds
     for a Gaussian-like feature (its largest deviation is ~5 s_d even at 10⁶ rows), so standardised data
-    keep ℓ = √D. A column that is constant up to rounding gets ℓ = √D (not ≈ 0).
+    keep ℓ = √D. A column that is constant up to rounding (relative to its own magnitude: features in
+    small units are not constant) gets ℓ = √D (not ≈ 0). Length-scales cannot go below the kernels'
+    floor (1e-6): features whose ℓ would start within 100× of it get a warning — a fit on them stays at
+    the prior — advising standardisation.
     """
     D = H.shape[1]
-    constant = std <= 1e-8 * np.maximum(1.0, np.abs(H).max(0))
+    constant = std <= 1e-12 * np.abs(H).max(0)
     reach = np.abs(H - H.mean(0)).max(0) / 20.0
-    return math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
+    ls = math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
+    tiny = np.flatnonzero(ls < 100.0 * K.LENGTHSCALE_FLOOR)
+    if tiny.size:
+        warnings.warn(f"feature(s) {tiny[:8].tolist()}{' ...' if tiny.size > 8 else ''} vary on scales near or below "
+                      f"{100.0 * K.LENGTHSCALE_FLOOR:g} (length-scales stop at {K.LENGTHSCALE_FLOOR:g}): the kernel cannot "
+                      "resolve them and the fit may stay at the prior; standardise X (sklearn.preprocessing.StandardScaler)",
+                      UserWarning, stacklevel=3)
+    return ls
 
 
 def _architecture(extractor: torch.nn.Module | None) -> tuple | None:
@@ -144,6 +154,22 @@ def _flag(name: str, value) -> None:
         raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
+def _unique_labels(y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(y, return_inverse=True)``, with a ValueError for labels that cannot be ordered or saved:
+    mixed types (a bare "'<' not supported" TypeError) and dates/times (fitted, then a model file that
+    would not load)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "mM":
+        raise ValueError(f"{name} holds {y.dtype} labels, which a saved model cannot hold; pass them as strings "
+                         "(y.astype(str)) or integer codes")
+    try:
+        return np.unique(y, return_inverse=True)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in y.ravel().tolist()})
+        raise ValueError(f"{name} mixes label types ({', '.join(kinds)}); pass labels of one type, e.g. "
+                         f"{name}.astype(str)") from None
+
+
 def _plain(name: str, value):
     """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
     and devices strings; anything else that is not a number, string, boolean or None cannot be saved."""
@@ -200,20 +226,24 @@ def _non_numeric_columns(X) -> list:
     return bad
 
 
-def _validated(estimator, X, y=None, *, reset: bool):
-    """scikit-learn validation with our messages: non-numeric columns named, NaN/inf rows named."""
+def _validated(estimator, X, y=None, *, reset: bool, name: str = "X", when: str | None = None):
+    """scikit-learn validation with our messages: non-numeric columns named, NaN/inf rows named (``name``
+    and ``when`` for the messages: the validation rows are checked as "X_val" while "fitting")."""
     try:
         if y is None:
             out = validate_data(estimator, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
         else:
             out = validate_data(estimator, X, y, reset=reset, dtype=np.float64, ensure_all_finite=False)
     except (TypeError, ValueError) as exc:
+        if "Complex data not supported" in str(exc):     # scikit-learn's message dumps the whole array
+            raise ValueError(f"Complex data not supported: {name} is complex; pass real features (e.g. the real "
+                             "and imaginary parts as columns)") from None
         bad = _non_numeric_columns(X) if not hasattr(X, "tocsr") else []
         if bad:
             raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
         raise
-    _check_finite(out[0] if y is not None else out, when="fitting" if reset else "predicting")
+    _check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"))
     return out
 
 
@@ -502,8 +532,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
         if X_val is None:
             return None
-        Xv = self._tensor(self._validate_X(X_val, reset=False))
-        yv = torch.as_tensor(self._encode(y_val), device=self.device)
+        try:
+            Xv = self._tensor(self._validate_X(X_val, reset=False, name="X_val", when="fitting"))
+        except ValueError as exc:        # scikit-learn's feature-count message names "X"
+            if str(exc).startswith("X has"):
+                raise ValueError("X_val" + str(exc)[1:]) from None
+            raise
+        yv = torch.as_tensor(self._encode(y_val, "y_val"), device=self.device)
         if yv.ndim != 1 or len(yv) != len(Xv):
             got = len(yv) if yv.ndim == 1 else tuple(yv.shape)
             raise ValueError(f"X_val has {len(Xv)} rows but y_val has {got} label(s); pass one label per validation row")
@@ -524,8 +559,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return model.to(device=self.device, dtype=self._torch_dtype())
 
     # -- validation ----------------------------------------------------------------------------------
-    def _validate_X(self, X, reset: bool) -> np.ndarray:
-        return _validated(self, X, reset=reset)
+    def _validate_X(self, X, reset: bool, name: str = "X", when: str | None = None) -> np.ndarray:
+        return _validated(self, X, reset=reset, name=name, when=when)
 
     def _copy_extractor(self) -> torch.nn.Module | None:
         """A private copy of ``feature_extractor`` in the estimator's dtype/device (None without one)."""
@@ -657,9 +692,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
         X, y = _validated(self, X, y, reset=True)
+        classes, y_enc = _unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
         check_classification_targets(y)
         previous_classes = getattr(self, "classes_", None)
-        self.classes_, y_enc = np.unique(y, return_inverse=True)
+        self.classes_ = classes
         if len(self.classes_) < 2:
             raise ValueError(f"y has only one class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
         if self.method in ("ep", "sep", "pep") and self.likelihood in EP_BINARY_LIKELIHOODS and len(self.classes_) != 2:
@@ -805,8 +841,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             del self.feature_names_in_
         return self
 
-    def _encode(self, y) -> np.ndarray:
+    def _encode(self, y, name: str = "y") -> np.ndarray:
         y = np.asarray(y)
+        _unique_labels(y, name)
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y

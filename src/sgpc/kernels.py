@@ -28,6 +28,7 @@ from .gaussian import wide_dtype
 __all__ = ["Kernel", "RBF", "Matern", "Linear", "Sum", "positive", "inverse_positive"]
 
 _FLOOR = 1e-6
+LENGTHSCALE_FLOOR = _FLOOR        # the smallest length-scale (and every positive hyper-parameter)
 
 
 def positive(raw: torch.Tensor, floor: float = _FLOOR) -> torch.Tensor:

@@ -33,6 +33,7 @@ import math
 import os
 import pickle
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -133,6 +134,8 @@ class TrainSettings:
             raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0 (0: no checkpoints), got {self.checkpoint_every}")
+        if self.checkpoint_every and not self.checkpoint_path:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every} needs checkpoint_path (where to write them)")
         if self.eval_every < 1:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.optimizer == "lbfgs" and self.batch_size is not None:
@@ -470,6 +473,25 @@ def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
                 torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
+def _check_checkpoint_path(settings: TrainSettings, resume: bool) -> None:
+    """Before any training: a checkpoint folder that does not exist (found at the first checkpoint, the
+    steps before it were lost), and settings under which checkpoints do nothing, said up front."""
+    path = settings.checkpoint_path
+    if path is None:
+        if resume:
+            warnings.warn("resume=True without checkpoint_path: there is nothing to resume from; fitting afresh",
+                          UserWarning, stacklevel=3)
+        return
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"the folder of checkpoint_path {os.fspath(path)!r} does not exist; create it first")
+    if settings.checkpoint_every and not os.access(folder, os.W_OK):
+        raise PermissionError(f"the folder of checkpoint_path {os.fspath(path)!r} is not writable")
+    if not settings.checkpoint_every and not os.path.exists(path):
+        warnings.warn(f"checkpoint_path {os.fspath(path)!r} with checkpoint_every=0: no checkpoint will be written "
+                      "(and there is none to resume from); set checkpoint_every", UserWarning, stacklevel=3)
+
+
 def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
@@ -492,6 +514,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     Returns:
         (state, History).
     """
+    _check_checkpoint_path(settings, resume)
     streaming = y is None
     if streaming:
         from .stream import is_source
