@@ -174,3 +174,33 @@ def test_refits_with_zero_iterations_take_no_optimiser_steps(monkeypatch):
     est = GPClassifier(method="vi", n_inducing=2, max_iter=25, random_state=0)
     U.active_learning(est, X, y, X, y, n_queries=2, refit_max_iter=0, acquisition="random", random_state=0)
     assert seen == [(25, False), (0, True), (0, True)]
+
+
+def test_helpers_check_their_counts_seeds_and_label_arrays():
+    # raw numpy/torch errors (IndexError for float labels, TypeError from int(None) and randn(2.5)), a NaN
+    # variation ratio for zero samples, classes of the wrong length accepted by error_rate, n_bins=True
+    from sgpc import metrics, uncertainty as U
+    np.testing.assert_array_equal(U.variation_ratio(np.array([[0.0, 1.0], [1.0, 1.0]]), 2), [0.5, 0.0])
+    for args, msg in (((np.zeros((0, 3), int), 2), "S >= 1"), ((np.zeros((2, 3), int), 2.0), "n_classes must be"),
+                      ((np.array([[0.5, 1.0]]), 2), "integer class indices")):
+        with pytest.raises(ValueError, match=msg):
+            U.variation_ratio(*args)
+    p = np.array([[0.7, 0.3], [0.2, 0.8]])
+    for classes in (["a"], ["a", "b", "c"]):
+        with pytest.raises(ValueError, match="classes must name the 2 columns"):
+            metrics.error_rate(["a", "b"], p, classes=classes)
+    assert metrics.error_rate(["a", "b"], p, classes=["a", "b"]) == 0.0
+    with pytest.raises(ValueError, match="n_bins must be a positive integer"):
+        metrics.ece([0, 1], p, n_bins=True)
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = (X[:, 0] > 0).astype(int)
+    est = GPClassifier(n_inducing=3, max_iter=2, random_state=0).fit(X, y)
+    for kw, msg in ((dict(n_samples=2.5), "n_samples must be an integer"), (dict(random_state=None), "integer seed")):
+        with pytest.raises(ValueError, match=msg):
+            U.sample_latents(est, X, **kw)
+    with pytest.raises(ValueError, match="n_queries must be an integer"):
+        U.active_learning(est, X[:20], y[:20], X[20:], y[20:], n_queries=1.5)
+    with pytest.raises(ValueError, match="n_initial_per_class must be an integer >= 1"):
+        U.active_learning(est, X[:20], y[:20], X[20:], y[20:], n_initial_per_class=-1)
+    with pytest.raises(ValueError, match="NaN"):
+        U.acquisition_scores(est, np.full((2, 2), np.nan), "random")

@@ -116,7 +116,11 @@ def error_rate(y_true, proba_or_pred, classes=None) -> float:
         if classes is None:
             y = _check_indices(y, len(p), p.shape[1])
         else:
-            pred = np.asarray(classes)[pred]
+            classes = np.asarray(classes)
+            if classes.shape != (p.shape[1],):
+                raise ValueError(f"classes must name the {p.shape[1]} columns of the probabilities, got shape "
+                                 f"{classes.shape}")
+            pred = classes[pred]
     elif pred.ndim != 1:
         raise ValueError(f"proba_or_pred must be [N, C] probabilities or [N] predictions; got shape {pred.shape}")
     if y.ndim != 1 or len(y) != len(pred):
@@ -178,7 +182,7 @@ def reliability_curve(y_true_idx, proba, n_bins: int = 15) -> dict:
     p = _check_proba(proba)
     _nonempty(p)
     y = _check_indices(y_true_idx, len(p), p.shape[1])
-    if not (isinstance(n_bins, (int, np.integer)) and n_bins >= 1):
+    if not (isinstance(n_bins, (int, np.integer)) and not isinstance(n_bins, (bool, np.bool_)) and n_bins >= 1):
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
     # k/n correctly rounded: linspace leaves some edges one ulp below k/n (n = 6: 5/6), which moved a
     # confidence of exactly k/n into the bin above

@@ -63,8 +63,10 @@ def sample_latents(estimator, X, n_samples: int = 100, random_state: int = 0) ->
     Returns:
         F [S,N,L] (a tensor in the model's dtype).
     """
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    _count("n_samples", n_samples, 1)
+    if not (isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool)):
+        raise ValueError(f"random_state must be an integer seed (samples are drawn with a seeded torch generator), "
+                         f"got {random_state!r}")
     mean, var = _marginals(estimator, X)
     gen = torch.Generator().manual_seed(int(random_state))
     eps = torch.randn(n_samples, *mean.shape, generator=gen, dtype=mean.dtype).to(mean.device)
@@ -87,11 +89,22 @@ def sample_labels(estimator, X, n_samples: int = 100, random_state: int = 0) -> 
     return sample_probabilities(estimator, X, n_samples, random_state).argmax(-1)
 
 
+def _count(name: str, value, minimum: int) -> None:
+    """ValueError unless ``value`` is an integer (not a bool) ≥ ``minimum``."""
+    if not (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= minimum):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
 def variation_ratio(labels, n_classes: int) -> np.ndarray:
     """VR = 1 − F/S per point (eq. 13): labels [S,N] class indices in [0, C). Returns [N] in [0, 1 − 1/C]."""
+    _count("n_classes", n_classes, 1)
     labels = np.asarray(labels)
-    if labels.ndim != 2:
-        raise ValueError(f"labels must be [S,N] sampled class indices, got shape {labels.shape}")
+    if labels.ndim != 2 or labels.shape[0] == 0:
+        raise ValueError(f"labels must be [S,N] sampled class indices with S >= 1, got shape {labels.shape}")
+    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+        if not np.all(labels == np.round(labels)):
+            raise ValueError("labels must be integer class indices")
+        labels = labels.astype(np.int64)
     if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"labels must be class indices in [0, {n_classes})")
     S, N = labels.shape
@@ -137,8 +150,8 @@ def acquisition_scores(estimator, X, acquisition: str = "variation_ratio", n_sam
         return mean_softmax_entropy(estimator, X)
     if acquisition == "bald":
         return mutual_information(sample_probabilities(estimator, X, n_samples, random_state))
-    if acquisition == "random":
-        return np.random.default_rng(random_state).random(len(X))
+    if acquisition == "random":                 # checked as the others are: a fitted model, finite rows
+        return np.random.default_rng(random_state).random(_inputs(estimator, X).shape[0])
     raise ValueError(f"unknown acquisition {acquisition!r}; valid: {', '.join(map(repr, ACQUISITIONS))}")
 
 
@@ -173,6 +186,8 @@ def active_learning(estimator, X_pool, y_pool, X_test, y_test, *, n_queries: int
     """
     if acquisition not in ACQUISITIONS:
         raise ValueError(f"unknown acquisition {acquisition!r}; valid: {', '.join(map(repr, ACQUISITIONS))}")
+    _count("n_queries", n_queries, 0)
+    _count("n_initial_per_class", n_initial_per_class, 1)
     X_pool, X_test = check_array(X_pool, dtype=np.float64), check_array(X_test, dtype=np.float64)
     y_pool, y_test = np.asarray(y_pool), np.asarray(y_test)
     if len(y_pool) != len(X_pool) or len(y_test) != len(X_test):
