@@ -133,6 +133,17 @@ def _raise_in_rank_1(comm):
     return comm.rank
 
 
+class _TwoArgError(Exception):
+    """Pickles, but does not unpickle (its __init__ needs two arguments)."""
+
+    def __init__(self, step, detail):
+        super().__init__(f"step {step}: {detail}")
+
+
+def _raise_unpicklable(comm):
+    raise _TwoArgError(3, "diverged")
+
+
 def _sleep_and_record(comm, folder):
     import os
     import pathlib
@@ -151,6 +162,10 @@ def test_a_rank_error_is_raised_as_itself_and_a_terminated_launcher_stops_its_ra
     import time
     with pytest.raises(ValueError, match="bad option in rank 1"):
         distributed.launch(_raise_in_rank_1, 2)
+    # one that does not unpickle: torch's exception with the traceback, not a TypeError from unpickling
+    from torch.multiprocessing.spawn import ProcessRaisedException
+    with pytest.raises(ProcessRaisedException, match="step 3: diverged"):
+        distributed.launch(_raise_unpicklable, 1)
     code = ("import sys; sys.path.insert(0, sys.argv[2]); import test_distributed as t; "
             "from sgpc import distributed; distributed.launch(t._sleep_and_record, 2, sys.argv[1])")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), os.path.dirname(__file__)])

@@ -418,6 +418,11 @@ def test_features_in_units_below_the_length_scale_floor_get_a_warning():
         initial_lengthscales(X * 1e-3, (X * 1e-3).std(0))
     const = np.c_[X[:, :1], np.full(40, 5.0)]
     assert initial_lengthscales(const, const.std(0))[1] == math.sqrt(2)
+    # a constant column after standardisation is rounding noise around 0 (std 3e-17): constant, no warning
+    noise = np.c_[X[:, :1], np.where(np.arange(40) % 2, 4.440892098500626e-16, -4.440892098500626e-16)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert initial_lengthscales(noise, noise.std(0))[1] == math.sqrt(2)
 
 
 def test_labels_validation_rows_complex_inputs_and_checkpoint_folders_get_clear_errors(iris, tmp_path):

@@ -110,6 +110,9 @@ def test_a_memory_map_opened_by_the_caller_travels_as_its_file(tmp_path):
     np.testing.assert_array_equal(back.y, src.y)
     part = stream.NpySource(mm[100:300], None, block_rows=50)       # a slice is not a whole map: copied
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(part)).read(1)[0], X[150:200])
+    cow = np.load(tmp_path / "X.npy", mmap_mode="c")                 # copy-on-write: edits live in memory only
+    cow[0, 0] = -7.0
+    assert pickle.loads(pickle.dumps(stream.NpySource(cow, None))).read(0)[0][0, 0] == -7.0
 
 
 def test_parquet_bool_labels_and_decimal_features_read_as_in_memory(tmp_path):

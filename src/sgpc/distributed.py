@@ -130,9 +130,11 @@ def _worker(rank: int, world_size: int, init_file: str, out_dir: str, backend: s
             result = fn(Communicator(rank, world_size), *args)
         except Exception as exc:
             try:
+                blob = pickle.dumps(exc)
+                pickle.loads(blob)      # some exceptions pickle but do not unpickle (extra __init__ arguments)
                 with open(os.path.join(out_dir, f"error{rank}.pkl"), "wb") as f:
-                    pickle.dump(exc, f)
-            except Exception:           # an exception that does not pickle: torch reports its traceback
+                    f.write(blob)
+            except Exception:           # then torch's ProcessRaisedException, with the traceback, is raised
                 pass
             raise
         with open(os.path.join(out_dir, f"result{rank}.pkl"), "wb") as f:
@@ -173,8 +175,13 @@ def launch(fn, nproc: int, *args, backend: str = "gloo", threads: int | None = 1
         except ProcessRaisedException as exc:
             err = os.path.join(tmp, f"error{exc.error_index}.pkl")
             if os.path.exists(err):
-                with open(err, "rb") as f:                                 # our own file, written just now
-                    raise pickle.load(f) from None
+                try:
+                    with open(err, "rb") as f:                             # our own file, written just now
+                        original = pickle.load(f)
+                except Exception:
+                    original = None
+                if isinstance(original, BaseException):
+                    raise original from None
             raise
         finally:
             for p in ctx.processes:

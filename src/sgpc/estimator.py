@@ -85,7 +85,9 @@ def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
     the prior — advising standardisation.
     """
     D = H.shape[1]
-    constant = std <= 1e-12 * np.abs(H).max(0)
+    # constant up to rounding: relative to the column's own size, and in absolute terms for a column that
+    # is rounding noise around 0 (a constant column after standardisation: std 3e-17, max 4e-16)
+    constant = (std <= 1e-12 * np.abs(H).max(0)) | (np.abs(H - H.mean(0)).max(0) <= 1e-12)
     reach = np.abs(H - H.mean(0)).max(0) / 20.0
     ls = math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
     tiny = np.flatnonzero(ls < 100.0 * K.LENGTHSCALE_FLOOR)

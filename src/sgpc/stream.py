@@ -169,10 +169,11 @@ class NpySource:
 
 
 def _map_or_array(a):
-    """A memmap over a whole file region as ("memmap", file, dtype, offset, shape, order) — reopened
-    read-only by ``NpySource.__setstate__`` — else the array itself."""
+    """A read-only or read-write memmap over a whole file region as ("memmap", file, dtype, offset, shape,
+    order) — reopened read-only by ``NpySource.__setstate__`` — else the array itself."""
+    # a slice's base is its parent, not the map; a copy-on-write map ("c") may hold edits the file lacks
     if isinstance(a, np.memmap) and getattr(a, "filename", None) and isinstance(a.base, mmap.mmap) \
-            and (a.flags.c_contiguous or a.flags.f_contiguous):     # a slice's base is its parent, not the map
+            and getattr(a, "mode", None) in ("r", "r+") and (a.flags.c_contiguous or a.flags.f_contiguous):
         return ("memmap", a.filename, a.dtype.str, int(a.offset), a.shape, "C" if a.flags.c_contiguous else "F")
     return a
 
