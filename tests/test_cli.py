@@ -316,3 +316,26 @@ def test_categorical_columns_keep_the_training_codes(tmp_path, capsys):
     assert cli.main(["evaluate", str(model), str(tmp_path / "bad.csv")]) == 2
     err = capsys.readouterr().err
     assert "'colour'" in err and "'purple'" in err and "did not have" in err and "Traceback" not in err
+
+
+def test_numeric_model_evaluated_on_text_labels_warnings_in_one_line_and_nproc_checks_first(tmp_path, capsys):
+    # a model fitted on integer labels refused a Parquet file whose string column holds "1", "2"; warnings
+    # came out as Python's two-line UserWarning; a bad option under --nproc surfaced after spawning
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    X, y = load_iris(return_X_y=True)
+    path = tmp_path / "num.csv"
+    np.savetxt(path, np.column_stack([X, y + 1]), delimiter=",", header="a,b,c,d,label", comments="")
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", str(path), "-o", str(model), "--checkpoint", str(tmp_path / "ck.pt"), *TINY]) == 0
+    assert "sgpc fit: warning: checkpoint_path" in capsys.readouterr().err
+    table = {k: X[:, j] for j, k in enumerate("abcd")}
+    pq.write_table(pa.table({**table, "label": [str(int(v) + 1) for v in y]}), tmp_path / "text.parquet")
+    assert cli.main(["evaluate", str(model), str(tmp_path / "text.parquet"), "--target", "label"]) == 0
+    assert "error" in capsys.readouterr().out
+    pq.write_table(pa.table({**table, "label": ["7"] * len(y)}), tmp_path / "other.parquet")
+    assert cli.main(["evaluate", str(model), str(tmp_path / "other.parquet"), "--target", "label"]) == 2
+    assert "labels ['7'] are not among the model's classes" in capsys.readouterr().err
+    assert cli.main(["fit", str(path), "-o", str(tmp_path / "p.pt"), "--nproc", "2", "--learning-rate", "-1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["sgpc fit: error: learning_rate must be a finite number "
+                                                             "in (0, ∞), got -1.0"]

@@ -285,9 +285,26 @@ def _write_csv(path: str, header, rows: np.ndarray) -> None:
 
 # -- subcommands --------------------------------------------------------------------------------------
 def _fit_rank(comm, est, X, y, resume):
-    """One process of ``fit --nproc``: the same fit on every rank; rank 0 returns the estimator."""
-    est.fit(X, y, resume=resume, comm=comm)
+    """One process of ``fit --nproc``: the same fit on every rank; rank 0 returns the estimator. The
+    parent has shown the warnings it can check before spawning; rank 0 shows the fit's own, once."""
+    import warnings
+    with warnings.catch_warnings():
+        if comm.rank == 0:
+            warnings.showwarning = lambda message, *a, **k: print(f"sgpc fit: warning: {message}", file=sys.stderr)
+            warnings.filterwarnings("ignore", message="checkpoint_path .* checkpoint_every=0")
+        else:
+            warnings.simplefilter("ignore")
+        est.fit(X, y, resume=resume, comm=comm)
     return est if comm.rank == 0 else None
+
+
+def _as_numeric_classes(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Text labels ``y`` ("2") as the model's numeric classes (2), matched as text; unknown labels raise."""
+    by_text = {str(c): c for c in classes.tolist()}
+    unknown = sorted({v for v in y.tolist() if v not in by_text})
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not among the model's classes {classes.tolist()}")
+    return np.asarray([by_text[v] for v in y.tolist()], dtype=classes.dtype)
 
 
 def _fit_maybe_parallel(est, X, y, args):
@@ -297,8 +314,19 @@ def _fit_maybe_parallel(est, X, y, args):
     if args.nproc == 1:
         return est.fit(X, y, resume=args.resume)
     from . import distributed
+    from .train import _check_checkpoint_path
+    # what the ranks would refuse, refused here: one message, before spawning (workers take seconds to start)
+    est._check_options()
+    _check_checkpoint_path(est._train_settings(), args.resume)
     threads = args.threads if args.threads is not None else 1       # per process: P processes share the cores
-    return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume, threads=threads)[0]
+    import logging
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    spawn_log.setLevel(logging.ERROR)          # not its "Terminating process …" line before our one-line error
+    try:
+        return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume, threads=threads)[0]
+    finally:
+        spawn_log.setLevel(level)
 
 
 def _cmd_fit_stream(args) -> int:
@@ -411,10 +439,15 @@ def _cmd_evaluate(args) -> int:
             "else the last column)")
     Xs = _standardise(X, side, args.data, hint, names)
     y = np.asarray(y)
-    if est.classes_.dtype.kind in "UO" and y.dtype.kind in "iuf":
-        # the training file's labels were text (e.g. 1, 2, other); a file holding only some of them parses
-        # them as numbers: compare as text
-        y = y.astype(str)
+    if (est.classes_.dtype.kind in "UO") != (y.dtype.kind in "UO"):
+        # one side's labels are text, the other's numbers: a CSV holding only some of a text column's labels
+        # (1, 2 of 1, 2, other) parses them as numbers, a Parquet string column keeps "1", "2" as text.
+        # Compare as text; integer-valued floats as integers ("2", not "2.0")
+        y = y.astype(np.int64) if y.dtype.kind == "f" and np.all(y == np.round(y)) else y
+        if est.classes_.dtype.kind in "UO":
+            y = y.astype(str)
+        else:
+            y = _as_numeric_classes(y.astype(str), est.classes_)
     proba = est.predict_proba(Xs)
     # the error of the model's own decision rule (argmax proba, or the posterior mean for bsvm)
     result = metrics.evaluate(metrics.class_indices(y, est.classes_), proba,
@@ -524,13 +557,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sgpc {args.command}: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
             return 2
         torch.set_num_threads(args.threads)
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):     # one line, as errors are
+        print(f"sgpc {args.command}: warning: {message}", file=sys.stderr)
+
+    previous = warnings.showwarning
+    warnings.showwarning = show
     try:
         return args.func(args)
     except KeyboardInterrupt:
         print("sgpc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:              # `sgpc predict ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except _USER_ERRORS as exc:
         if args.debug:
             raise
         print(f"sgpc {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = previous
