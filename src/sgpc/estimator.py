@@ -87,8 +87,9 @@ def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
     D = H.shape[1]
     # constant up to rounding: relative to the column's own size, and in absolute terms for a column that
     # is rounding noise around 0 (a constant column after standardisation: std 3e-17, max 4e-16)
-    constant = (std <= 1e-12 * np.abs(H).max(0)) | (np.abs(H - H.mean(0)).max(0) <= 1e-12)
-    reach = np.abs(H - H.mean(0)).max(0) / 20.0
+    deviation = np.abs(H - H.mean(0)).max(0)                  # the largest distance from the mean, per feature
+    constant = (std <= 1e-12 * np.abs(H).max(0)) | (deviation <= 1e-12)
+    reach = deviation / 20.0
     ls = math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
     tiny = np.flatnonzero(ls < 100.0 * K.LENGTHSCALE_FLOOR)
     if tiny.size:
