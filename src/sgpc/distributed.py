@@ -173,8 +173,11 @@ def launch(fn, nproc: int, *args, backend: str = "gloo", threads: int | None = 1
             while not ctx.join():
                 pass
         except ProcessRaisedException as exc:
-            err = os.path.join(tmp, f"error{exc.error_index}.pkl")
-            if os.path.exists(err):
+            # the rank torch reports may be one that failed only because another rank's fn raised and left
+            # (its barrier's connection reset): the error of the rank whose fn raised is the one to report
+            written = [os.path.join(tmp, f"error{r}.pkl") for r in [exc.error_index, *range(nproc)]]
+            err = next((e for e in written if os.path.exists(e)), "")
+            if err:
                 try:
                     with open(err, "rb") as f:                             # our own file, written just now
                         original = pickle.load(f)
