@@ -275,3 +275,44 @@ def test_power_ep_keeps_updating_after_a_large_step_in_the_length_scales():
         st = ep.update(model, st, X, y, N)
         assert st.skipped == skipped and not torch.equal(st.Lam, before)
     assert _is_pd(_whitened_precision(model.chol_Kuu(), TiedSites(st.Lam, st.h))[0])
+
+
+def test_a_capped_site_step_lowers_the_precision_of_q_by_at_most_the_margin():
+    # A step that would leave the PD cone is capped at PD_MARGIN of the edge: q's precision may fall by at most
+    # that fraction in any direction per step (with 0.5, repeated capped steps at α → 0 ran into the edge)
+    from sgpc.ep import PD_MARGIN, pd_damping
+    g = torch.Generator().manual_seed(5)
+    A = torch.randn(3, 5, 5, generator=g)
+    P0 = A @ A.mT + torch.eye(5)
+    B = torch.randn(3, 5, 5, generator=g)
+    dP = -3.0 * (B @ B.mT)                                 # a step that lowers the precision in every direction
+    rho, redamped = pd_damping(torch.full((3,), 0.5), [(P0, dP)])
+    assert redamped >= 1 and (rho < 0.5).all()
+    L0 = torch.linalg.cholesky(P0)
+    rel = lambda r: torch.linalg.eigvalsh(torch.linalg.solve_triangular(
+        L0, torch.linalg.solve_triangular(L0, P0 + r[:, None, None] * dP, upper=False).mT, upper=False))[:, 0]
+    assert (rel(rho) >= 1.0 - PD_MARGIN - 1e-9).all()     # relative precision kept
+    assert PD_MARGIN <= 0.1
+    # a step well inside the cone is not capped
+    rho_small, n = pd_damping(torch.full((3,), 1e-6), [(P0, dP)])
+    assert n == 0 and torch.equal(rho_small, torch.full((3,), 1e-6))
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("seed", [2, 4])
+def test_power_ep_at_small_alpha_does_not_run_away_on_mnist(seed):
+    # Power EP at α = 10⁻³ on 5 000 MNIST rows with the hyper-parameters held (rate 1e-9): with a cap of 0.5 of
+    # the PD edge these two seeds ran away (test NLL 2.4 and 2.8 after 250 steps, 2.4 already at step 50),
+    # while the other seeds ended at 0.57–0.59
+    np = pytest.importorskip("numpy")
+    from sgpc import GPClassifier
+    from sgpc.datasets import DataNotFoundError, train_test
+    try:
+        Xtr, Xte, ytr, yte = train_test("mnist", seed=0)
+    except DataNotFoundError as err:
+        pytest.skip(f"shared data sets not available: {err}")
+    est = GPClassifier(method="pep", alpha=1e-3, n_inducing=50, batch_size=200, max_iter=50, learning_rate=1e-9,
+                       random_state=seed, dtype="float64").fit(Xtr[:5000], ytr[:5000])
+    p = est.predict_proba(Xte[:2000])
+    nll = -np.mean(np.log(p[np.arange(2000), np.searchsorted(est.classes_, yte[:2000])]))
+    assert nll < 0.8

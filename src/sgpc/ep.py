@@ -157,8 +157,12 @@ def pd_step_limit(P0: torch.Tensor, P1: torch.Tensor) -> torch.Tensor:
                        torch.full_like(lam_min, math.inf))
 
 
-# fraction of the PD limit a damped step may use: stays clear of a nearly singular q
-PD_MARGIN = 0.5
+# Fraction of the PD limit a damped step may use: a capped step lowers q's precision (relative to the current
+# one, L⁻¹P(ρ)L⁻ᵀ with P0 = LLᵀ) by at most this fraction in any direction. At α → 0 every robust-max factor
+# gives its label slot a negative site precision while P(f_y largest) is small, and sites computed against a
+# q near the edge of the cone are more negative still, so that with 0.5 Power EP at α = 10⁻³ ran away for some
+# seeds (benchmarks/alpha_pep_pd_margin_probe.py, docs/results-alpha.md). At α ≥ 0.5 the cap is rarely reached.
+PD_MARGIN = 0.1
 
 
 def pd_damping(rho: torch.Tensor, cones: list) -> tuple[torch.Tensor | None, int]:
