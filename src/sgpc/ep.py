@@ -158,25 +158,28 @@ def pd_step_limit(P0: torch.Tensor, P1: torch.Tensor) -> torch.Tensor:
 
 
 # Fraction of the PD limit a damped step may use: a capped step lowers q's precision (relative to the current
-# one, L⁻¹P(ρ)L⁻ᵀ with P0 = LLᵀ) by at most this fraction in any direction. At α → 0 every robust-max factor
-# gives its label slot a negative site precision while P(f_y largest) is small, and sites computed against a
-# q near the edge of the cone are more negative still, so that with 0.5 Power EP at α = 10⁻³ ran away for some
-# seeds (benchmarks/alpha_pep_pd_margin_probe.py, docs/results-alpha.md). At α ≥ 0.5 the cap is rarely reached.
-PD_MARGIN = 0.1
+# one, L⁻¹P(ρ)L⁻ᵀ with P0 = LLᵀ) by at most this fraction in any direction. EP and SEP (α = 1) use PD_MARGIN.
+# Power EP at α < 1 uses PD_MARGIN_POWER: at α → 0 every robust-max factor gives its label slot a negative site
+# precision while P(f_y largest) is small, sites computed against a q near the edge of the cone are more
+# negative still, and with 0.5 Power EP at α = 10⁻³ ran away for 7 of 15 seeds on an MNIST subset
+# (benchmarks/alpha_mnist_small_alpha_probe.py, docs/results-alpha.md). (0.1 for EP and SEP too slowed SEP's
+# first passes on a binary step-likelihood problem, with no gain.)
+PD_MARGIN = 0.5
+PD_MARGIN_POWER = 0.1
 
 
-def pd_damping(rho: torch.Tensor, cones: list) -> tuple[torch.Tensor | None, int]:
+def pd_damping(rho: torch.Tensor, cones: list, margin: float = PD_MARGIN) -> tuple[torch.Tensor | None, int]:
     """Damping per latent function [L] for a step θ(ρ) whose precisions are P0 + ρ ΔP for each (P0, ΔP) in
-    ``cones`` (q, and for SEP the cavity): ρ capped at PD_MARGIN × ``pd_step_limit`` — checked with one
+    ``cones`` (q, and for SEP the cavity): ρ capped at ``margin`` × ``pd_step_limit`` — checked with one
     Cholesky at ρ/margin in the common case — then halved up to 6 times should rounding still break
     definiteness. Returns (ρ, number of re-dampings), ρ None when no damping keeps every P proper."""
     def proper(r):
         return all(_is_pd(P0 + r[:, None, None] * dP) for P0, dP in cones)
 
     redamped = 0
-    if all(_is_pd(P0) for P0, _ in cones) and not proper(rho / PD_MARGIN):
+    if all(_is_pd(P0) for P0, _ in cones) and not proper(rho / margin):
         limit = torch.stack([pd_step_limit(P0, P0 + dP) for P0, dP in cones]).amin(0)
-        rho = torch.minimum(rho, PD_MARGIN * limit)
+        rho = torch.minimum(rho, margin * limit)
         redamped += 1
     for _ in range(6):
         if proper(rho):
@@ -479,8 +482,8 @@ class EP:
         ok = ok & cav_ok
         skipped = int((fac.mask & ~ok).sum())
         # θ̃(ρ) = θ̃₀ + ρ Δθ̃ per latent function: θ̃₀ has the old sites moved to the new directions V, Δθ̃
-        # the change to the new site values. ρ is capped per latent at PD_MARGIN × the largest step that keeps
-        # q proper (pd_step_limit), then halved as a safety net should rounding still break definiteness.
+        # the change to the new site values. ρ is capped per latent at a margin (PD_MARGIN, PD_MARGIN_POWER for α < 1)
+        # × the largest step that keeps q proper (pd_step_limit), then halved should rounding still break definiteness.
         L = model.n_latent
 
         def step_terms(Lam0, h0, c1_old, c2_old):
@@ -497,7 +500,8 @@ class EP:
         Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent)
         c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
         rho0 = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
-        rho, redamped = pd_damping(rho0, [(P0, dP)])
+        margin = PD_MARGIN if self.alpha == 1.0 else PD_MARGIN_POWER
+        rho, redamped = pd_damping(rho0, [(P0, dP)], margin)
         if rho is None and not _is_pd(P0):
             # q was proper with the sites along their old directions (``restore``), but moved to the new
             # ones a negative-precision site can break it — and then no damping helps, since ρ → 0 leaves
@@ -508,7 +512,7 @@ class EP:
             state = self.restore(model, replace(state, Lam=Lam0, h=h0), q.Lk)
             Lam0, h0, c1_old, c2_old = state.Lam, state.h, state.c1[idx], state.c2[idx]
             c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
-            rho, more = pd_damping(rho0, [(P0, dP)])
+            rho, more = pd_damping(rho0, [(P0, dP)], margin)
             redamped += more
         if rho is None:
             return replace(state, step=state.step + X.shape[0] / n_total, skipped=state.skipped + int(fac.mask.sum()),
