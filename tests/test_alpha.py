@@ -95,6 +95,44 @@ def test_pep_gradient_at_convergence_matches_finite_differences(alpha):
     assert abs(fd - grad) < 1e-4 * max(1.0, abs(fd)), (fd, grad)
 
 
+def test_pep_fixed_point_tends_to_the_vi_optimum():
+    """At α → 0 Power EP's fixed point is the VB optimum of the same q family (one Gaussian per latent
+    function): q's mean and covariance approach those of the ELBO's maximiser at rate O(α), and log Z_q
+    approaches the maximal ELBO. (So PEP at α → 0 differs from VB in a fit only through the
+    hyper-parameters it learns; docs/results-alpha.md, satimage.)"""
+    model, q, X, y = problem(N=12, M=4)
+    opt = torch.optim.LBFGS(list(q.parameters()), lr=1, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = -elbo(model, q, X, y, len(X))
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    with torch.no_grad():
+        e = elbo(model, q, X, y, len(X)).item()
+        Lk = model.chol_Kuu()
+        mean_vi, S = (Lk @ q.mean[..., None])[..., 0], Lk @ q.chol
+        cov_vi = S @ S.mT
+    gaps = []
+    for alpha in (1e-2, 1e-3, 1e-4):
+        ep = EP(alpha=alpha, factor="likelihood", damping=0.5, decay=1.0, min_damping=0.5)
+        st = ep.init(model, X, y, None)
+        for _ in range(400):
+            st = ep.update(model, st, X, y, len(X))
+        post = ep.posterior(model, st)
+        with torch.no_grad():
+            log_zq = -ep.loss(model, st, X, y, len(X)).item()
+        gaps.append(((post.mean - mean_vi).abs().max().item(), (post.chol @ post.chol.mT - cov_vi).abs().max().item(),
+                     abs(log_zq - e)))
+    for coarse, fine in zip(gaps, gaps[1:]):
+        assert all(f < 0.2 * c for c, f in zip(coarse, fine)), gaps          # O(α): ÷10 per decade of α
+    assert gaps[-1][0] < 1e-3 and gaps[-1][1] < 1e-3 and gaps[-1][2] < 1e-2, gaps
+
+
 def test_rpapep_and_apep_tend_to_the_elbo_of_their_q():
     from sgpc.sep import APEP, apep_energy
     from sgpc.sparse import marginals, prior_kl
