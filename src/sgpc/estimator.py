@@ -314,7 +314,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05 or the
             damping itself when it is smaller).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
-            rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips). learning_rate: step size.
+            rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips; the rule has no bound, so
+            a rate whose gradient keeps its sign grows as 1.02^t — PEP at α = 10⁻³ on satimage diverged
+            at step ~1 200 of 2 000, docs/results-alpha.md; the papers ran it for 250–500 steps).
+            learning_rate: step size.
         lr_decay: Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch.
