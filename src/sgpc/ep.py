@@ -17,9 +17,9 @@ Shared algebra (used by ``ep`` here and by the tied-factor engines in ``sep.py``
       var\\ = vᵀSv + γ (vᵀSv_o)²,   mean\\ = vᵀm + γ (vᵀSv_o)(v_oᵀm) − c2 vᵀSv_o / (1 − c1 v_oᵀSv_o).
   When v = v_o these are the 1-D formulas var\\ = 1/(1/s − c1), mean\\ = var\\ (m/s − c2).
 * Moment matching from ∂log Z/∂mean, ∂log Z/∂var of the cavity marginal of f_i (cavity projection
-  plus the conditional variance s_i of eq. 5, latent noise included), through the one shared
-  function ``gaussian.match_moments``; the new site is (1/α)(θ̂ − θ\\) along v (eqs. 47–55, and
-  alpha App. A.17–A.21 for Power EP).
+  plus the conditional variance s_i of eq. 5, latent noise included), through the shared
+  ``gaussian.moment_match`` (the derivatives, in float64); the new site is (1/α)(θ̂ − θ\\) along v
+  (eqs. 47–55, and alpha App. A.17–A.21 for Power EP), written without 1/v (``site_update``).
 * log Z_q (eqs. 57–61) / the Power-EP energy (alpha A.23–A.27):
       log Z_q = g(θ) − g(θ_prior) + (1/α) Σ_factors [log Z_f + g(θ^{\\f}) − g(θ)],
   where g(θ^{\\f}) − g(θ) of a rank-one removal equals the same difference for the 1-D projection.
@@ -38,7 +38,7 @@ from typing import Callable
 
 import torch
 
-from .gaussian import cholesky, log_ndtr, match_moments, solve_lower
+from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, wide_dtype
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",
@@ -261,14 +261,22 @@ def site_update(factors: Factors, mean_cav: torch.Tensor, var_cav: torch.Tensor,
         c1_new, c2_new [B,F,T], log Z [B,F], ok [B,F] (finite, positive tilted variance).
     """
     # ∂/∂var of the projection equals ∂/∂var of f (var_f = var_proj + s); all in float64 whatever
-    # the model's dtype (gaussian.match_moments: float32 cancels in the tails)
+    # the model's dtype (float32 cancels in the tails: gaussian.match_moments)
     dtype = mean_cav.dtype
-    log_Z, mu_hat, var_hat = match_moments(lambda m, v: factors.log_Z(m, v + s), mean_cav, var_cav)
-    mean_cav, var_cav = mean_cav.to(mu_hat.dtype), var_cav.to(mu_hat.dtype)
-    c1 = ((1.0 / var_hat - 1.0 / var_cav) / alpha).to(dtype)
-    c2 = ((mu_hat / var_hat - mean_cav / var_cav) / alpha).to(dtype)
+    wide = wide_dtype(mean_cav)
+    m, v = mean_cav.to(wide), var_cav.to(wide)
+    log_Z, dm, dv = moment_match(lambda mm, vv: factors.log_Z(mm, vv + s), m, v)
+    # θ̂ − θ\ with the tilted moments μ̂ = m + v·dm, v̂ = v·(1 − vλ), λ = dm² − 2dv (gaussian.tilted_moments):
+    # 1/v̂ − 1/v = λ/(1 − vλ) and μ̂/v̂ − m/v = (dm + mλ)/(1 − vλ). Written without 1/v: a slot whose direction
+    # v_il vanishes (the latent's kernel underflows between x_i and every inducing input, e.g. a length-scale
+    # at its floor) has a cavity variance of exactly 0 and an irrelevant but finite site, where 1/v̂ − 1/v was
+    # NaN and skipped the whole factor: every factor, at every later step, once one latent function got there.
+    lam = dm ** 2 - 2.0 * dv
+    den = 1.0 - v * lam                                                  # v̂ / v
+    c1 = (lam / den / alpha).to(dtype)
+    c2 = ((dm + m * lam) / den / alpha).to(dtype)
     # (finiteness checked after the cast: a site finite in float64 may overflow float32)
-    ok = (var_hat > 0).all(-1) & torch.isfinite(c1).all(-1) & torch.isfinite(c2).all(-1) & torch.isfinite(log_Z)
+    ok = (den > 0).all(-1) & torch.isfinite(c1).all(-1) & torch.isfinite(c2).all(-1) & torch.isfinite(log_Z)
     return c1, c2, log_Z.to(dtype), ok & factors.mask
 
 
@@ -476,8 +484,8 @@ class EP:
         c1_old, c2_old = state.c1[idx], state.c2[idx]
         a = self.alpha
         mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, a * c1_old, a * c2_old, fac.latent)
-        cav_ok = (var_cav > 0).all(-1) & fac.mask
-        var_cav = torch.where(var_cav > 0, var_cav, torch.ones_like(var_cav))
+        cav_ok = (var_cav >= 0).all(-1) & fac.mask      # 0: v_il = 0, the slot does not see u (site_update)
+        var_cav = torch.where(var_cav >= 0, var_cav, torch.ones_like(var_cav))
         c1_new, c2_new, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), a)
         ok = ok & cav_ok
         skipped = int((fac.mask & ~ok).sum())
