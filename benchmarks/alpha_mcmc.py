@@ -13,6 +13,7 @@ waveform.) α → 0 is run as α = 1e-3.
     python benchmarks/alpha_mcmc.py --sets glass new-thyroid wine svmguide2 waveform --splits 3
     python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep   # mixing check
     python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep --sampler ep
+    python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep --sampler gibbs
 
 Writes results/<--out>.json: test NLL and error of every fit and of MCMC, and MCMC's time and
 proposals per iteration.
@@ -29,7 +30,8 @@ from _common import write
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
 from sgpc.metrics import nll as mean_nll
-from sgpc.mcmc import elliptical_slice, posterior_reference, predict_log_proba, prior_cholesky, split_rhat
+from sgpc.mcmc import (elliptical_slice, posterior_reference, predict_log_proba, prior_cholesky, robust_max_gibbs,
+                       split_rhat)
 from sgpc.sparse import marginals
 
 
@@ -54,9 +56,11 @@ def main():
     ap.add_argument("--chains", type=int, default=1, help="independent chains (split-R̂ of the log-likelihood with >= 1)")
     ap.add_argument("--start", choices=["zero", "ep"], default="zero",
                     help="chain starts: F = 0, or full EP's latent means plus 2 EP standard deviations of noise per chain")
-    ap.add_argument("--sampler", choices=["prior", "ep"], default="prior",
-                    help="ellipses from the prior (plain elliptical slice) or around full EP's joint q(F) "
-                         "(generalised elliptical slice, sgpc.mcmc.posterior_reference); the target is the same")
+    ap.add_argument("--sampler", choices=["prior", "ep", "gibbs"], default="prior",
+                    help="ellipses from the prior (plain elliptical slice), around full EP's joint q(F) "
+                         "(generalised elliptical slice, sgpc.mcmc.posterior_reference), or Gibbs on the "
+                         "robust-max label-noise indicators with exact HMC of F (sgpc.mcmc.robust_max_gibbs); "
+                         "the target is the same")
     ap.add_argument("--out", default="alpha_mcmc")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -104,24 +108,31 @@ def main():
                 f0 = None
                 if args.start == "ep":   # over-dispersed around full EP's marginals, so that R̂ can see disagreement
                     f0 = (mean + 2.0 * var.sqrt() * torch.randn(mean.shape, generator=g, dtype=mean.dtype)).T
-                smp, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), chol, args.samples,
-                                             burn_in=args.burn_in, thin=args.thin, f0=f0, reference=reference,
-                                             generator=g)
+                if args.sampler == "gibbs":
+                    smp, info = robust_max_gibbs(chol, y, float(lik.epsilon), args.samples, burn_in=args.burn_in,
+                                                 thin=args.thin, f0=f0, generator=g)
+                    proposals.append(info["bounces_per_iteration"])         # reflections of exact HMC
+                else:
+                    smp, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), chol, args.samples,
+                                                 burn_in=args.burn_in, thin=args.thin, f0=f0, reference=reference,
+                                                 generator=g)
+                    proposals.append(info["proposals_per_iteration"])
                 chains.append(smp)
                 traces.append(info["log_lik"])
-                proposals.append(info["proposals_per_iteration"])
             samples = torch.cat(chains)
             lp = predict_log_proba(kern, lik, X, chol, samples, torch.as_tensor(Xte, dtype=torch.float64))
             t = time.perf_counter() - t0
             rows.append({"set": name, "seed": seed, "method": "mcmc", "alpha": None, "hyper": args.hyper, "M": len(Xtr), "time_s": t,
                          "chains": args.chains, "start": args.start, "sampler": args.sampler,
+                         # ellipse proposals per iteration, or with --sampler gibbs HMC reflections per iteration
                          "proposals_per_iteration": float(np.mean(proposals)),
                          "rhat_log_lik": split_rhat(torch.stack(traces)) if args.samples >= 4 else None,
                          "log_lik_chain_means": [float(tr.mean()) for tr in traces],
                          "train_error_last_sample": [float((ch[-1].argmax(0) != y).double().mean()) for ch in chains],
                          **evaluate(lp.exp().numpy(), ep.classes_, yte)})
             print(f"{name:12s} split {seed} mcmc         nll {rows[-1]['nll']:.3f} err {rows[-1]['error']:.3f} "
-                  f"t={t:.0f}s ({rows[-1]['proposals_per_iteration']:.1f} proposals/iteration, "
+                  f"t={t:.0f}s ({rows[-1]['proposals_per_iteration']:.1f} "
+                  f"{'reflections' if args.sampler == 'gibbs' else 'proposals'}/iteration, "
                   f"split-R̂ of log-lik {rows[-1]['rhat_log_lik']}, last-sample train error {rows[-1]['train_error_last_sample']})",
                   flush=True)
             write(args.out, {"config": vars(args), "runs": rows, "summary": summarise(rows)})

@@ -7,7 +7,8 @@ import torch
 
 from sgpc import kernels as K
 from sgpc.likelihoods import RobustMax
-from sgpc.mcmc import elliptical_slice, posterior_reference, predict_log_proba, prior_cholesky
+from sgpc.kernels import inverse_positive
+from sgpc.mcmc import elliptical_slice, posterior_reference, predict_log_proba, prior_cholesky, robust_max_gibbs
 
 DT = torch.float64
 
@@ -164,3 +165,65 @@ def test_the_log_likelihood_trace_belongs_to_the_kept_samples():
                                      burn_in=10, thin=3, generator=torch.Generator().manual_seed(3))
     want = torch.stack([lik.log_prob(y, F.T).sum() for F in samples])
     torch.testing.assert_close(info["log_lik"], want, rtol=1e-12, atol=1e-12)
+
+
+# -- robust_max_gibbs: label-noise indicators by Gibbs, the truncated Gaussian by exact HMC ---------------
+
+def test_gibbs_at_one_point_matches_the_closed_form_posterior():
+    # C = 2, f ~ N(0, I), y = 0: with d = f0 − f1 ~ N(0, 2), P(d > 0 | y) = a/(a + b) (a = 1 − ε + ε/2,
+    # b = ε/2) and E[f0] = (a − b)/(a + b) · E[f0 | d > 0] = (a − b)/(a + b)/√π, while E[f0²] = 1 whatever
+    # the sign of d. ε = 0.2 makes z flip often, so a wrong z | F step moves P(d > 0)
+    chol = torch.eye(1, dtype=DT).expand(2, 1, 1).clone()
+    s, info = robust_max_gibbs(chol, torch.tensor([0]), 0.2, 20000, burn_in=100,
+                               generator=torch.Generator().manual_seed(0))
+    a, b = 0.9, 0.1
+    assert abs(float((s[:, 0, 0] > s[:, 1, 0]).double().mean()) - a / (a + b)) < 0.01
+    assert torch.allclose(s.mean(0)[:, 0], torch.tensor([1.0, -1.0], dtype=DT) * (a - b) / (a + b) / math.sqrt(math.pi),
+                          atol=0.03)
+    assert torch.allclose((s ** 2).mean(0)[:, 0], torch.ones(2, dtype=DT), atol=0.04)
+    assert 0.1 < info["noise_labels"] < 0.3 and info["bounces_per_iteration"] > 0
+
+
+def _three_class_problem():
+    """Three latent GPs with different amplitudes and length-scales at three close inputs."""
+    X = torch.tensor([[-0.5], [0.0], [0.6]], dtype=DT)
+    kern = K.RBF(1, 3, lengthscale=0.7, variance=1.5, noise=1e-2, dtype=DT)
+    with torch.no_grad():
+        kern.raw_variance.copy_(inverse_positive(torch.tensor([0.5, 1.5, 3.0], dtype=DT)))
+        kern.raw_lengthscale.copy_(inverse_positive(torch.tensor([[0.3], [0.7], [2.0]], dtype=DT)))
+    return prior_cholesky(kern, X), torch.tensor([0, 2, 2])
+
+
+def test_gibbs_matches_importance_sampling_from_the_prior():
+    # brute force: prior draws weighted by Π p(y_i | f_i) give the posterior mean of F [3,3]. ε = 10⁻³ makes the
+    # constraints nearly hard, as in the benchmarks; the latents' kernels differ, so a reflection that
+    # used the wrong latent's covariance column (or a wrong reflection coefficient) cannot pass
+    g = torch.Generator().manual_seed(0)
+    chol, y = _three_class_problem()
+    lik = RobustMax(3, epsilon=1e-3)
+    prior = (chol[None] @ torch.randn(400_000, 3, 3, 1, dtype=DT, generator=g))[..., 0]    # [n,L,N]
+    w = torch.softmax(lik.log_prob(y, prior.transpose(1, 2)).sum(-1), 0)
+    exact = (w[:, None, None] * prior).sum(0)
+    s, info = robust_max_gibbs(chol, y, 1e-3, 10000, burn_in=200, generator=g)
+    assert (s.mean(0) - exact).abs().max() < 0.05
+    # at ε = 10⁻³ label noise is rare and the clean points' constraints hold in almost every kept sample
+    clean = (s.argmax(1) == y).all(-1).double().mean()
+    assert clean > 0.98 and info["noise_labels"] < 0.05
+    assert torch.allclose(info["log_lik"][-3:], torch.stack([lik.log_prob(y, F.T).sum() for F in s[-3:]]))
+
+
+def test_gibbs_is_seeded_and_checks_its_inputs():
+    chol, y = _three_class_problem()
+    a, _ = robust_max_gibbs(chol, y, 1e-3, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
+    b, _ = robust_max_gibbs(chol, y, 1e-3, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and a.shape == (50, 3, 3)
+    with pytest.raises(ValueError, match="labels in 0..2"):
+        robust_max_gibbs(chol, torch.tensor([0, 3, 1]), 1e-3, 5)
+    with pytest.raises(ValueError, match="L >= 2"):
+        robust_max_gibbs(chol[:1], torch.tensor([0, 0, 0]), 1e-3, 5)
+    with pytest.raises(ValueError, match="epsilon"):
+        robust_max_gibbs(chol, y, 0.0, 5)
+    with pytest.raises(ValueError, match="f0"):
+        robust_max_gibbs(chol, y, 1e-3, 5, f0=torch.zeros(2, 3, dtype=DT))
+    with pytest.raises(ValueError, match="n_samples"):
+        robust_max_gibbs(chol, y, 1e-3, 0)
