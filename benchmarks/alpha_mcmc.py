@@ -109,7 +109,7 @@ def main():
                 if args.start == "ep":   # over-dispersed around full EP's marginals, so that R̂ can see disagreement
                     f0 = (mean + 2.0 * var.sqrt() * torch.randn(mean.shape, generator=g, dtype=mean.dtype)).T
                 if args.sampler == "gibbs":
-                    smp, info = robust_max_gibbs(chol, y, float(lik.epsilon), args.samples, burn_in=args.burn_in,
+                    smp, info = robust_max_gibbs(chol, y, lik, args.samples, burn_in=args.burn_in,
                                                  thin=args.thin, f0=f0, generator=g)
                     proposals.append(info["bounces_per_iteration"])         # reflections of exact HMC
                 else:

@@ -174,7 +174,7 @@ def test_gibbs_at_one_point_matches_the_closed_form_posterior():
     # b = ε/2) and E[f0] = (a − b)/(a + b) · E[f0 | d > 0] = (a − b)/(a + b)/√π, while E[f0²] = 1 whatever
     # the sign of d. ε = 0.2 makes z flip often, so a wrong z | F step moves P(d > 0)
     chol = torch.eye(1, dtype=DT).expand(2, 1, 1).clone()
-    s, info = robust_max_gibbs(chol, torch.tensor([0]), 0.2, 20000, burn_in=100,
+    s, info = robust_max_gibbs(chol, torch.tensor([0]), RobustMax(2, epsilon=0.2), 20000, burn_in=100,
                                generator=torch.Generator().manual_seed(0))
     a, b = 0.9, 0.1
     assert abs(float((s[:, 0, 0] > s[:, 1, 0]).double().mean()) - a / (a + b)) < 0.01
@@ -204,7 +204,7 @@ def test_gibbs_matches_importance_sampling_from_the_prior():
     prior = (chol[None] @ torch.randn(400_000, 3, 3, 1, dtype=DT, generator=g))[..., 0]    # [n,L,N]
     w = torch.softmax(lik.log_prob(y, prior.transpose(1, 2)).sum(-1), 0)
     exact = (w[:, None, None] * prior).sum(0)
-    s, info = robust_max_gibbs(chol, y, 1e-3, 10000, burn_in=200, generator=g)
+    s, info = robust_max_gibbs(chol, y, lik, 10000, burn_in=200, generator=g)
     assert (s.mean(0) - exact).abs().max() < 0.05
     # at ε = 10⁻³ label noise is rare and the clean points' constraints hold in almost every kept sample
     clean = (s.argmax(1) == y).all(-1).double().mean()
@@ -214,16 +214,17 @@ def test_gibbs_matches_importance_sampling_from_the_prior():
 
 def test_gibbs_is_seeded_and_checks_its_inputs():
     chol, y = _three_class_problem()
-    a, _ = robust_max_gibbs(chol, y, 1e-3, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
-    b, _ = robust_max_gibbs(chol, y, 1e-3, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
+    lik = RobustMax(3, epsilon=1e-3)
+    a, _ = robust_max_gibbs(chol, y, lik, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
+    b, _ = robust_max_gibbs(chol, y, lik, 50, burn_in=5, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a, b) and a.shape == (50, 3, 3)
     with pytest.raises(ValueError, match="labels in 0..2"):
-        robust_max_gibbs(chol, torch.tensor([0, 3, 1]), 1e-3, 5)
+        robust_max_gibbs(chol, torch.tensor([0, 3, 1]), lik, 5)
     with pytest.raises(ValueError, match="L >= 2"):
-        robust_max_gibbs(chol[:1], torch.tensor([0, 0, 0]), 1e-3, 5)
-    with pytest.raises(ValueError, match="epsilon"):
-        robust_max_gibbs(chol, y, 0.0, 5)
+        robust_max_gibbs(chol[:1], torch.tensor([0, 0, 0]), lik, 5)
+    with pytest.raises(ValueError, match="RobustMax with 3 classes"):
+        robust_max_gibbs(chol, y, RobustMax(4), 5)
     with pytest.raises(ValueError, match="f0"):
-        robust_max_gibbs(chol, y, 1e-3, 5, f0=torch.zeros(2, 3, dtype=DT))
+        robust_max_gibbs(chol, y, lik, 5, f0=torch.zeros(2, 3, dtype=DT))
     with pytest.raises(ValueError, match="n_samples"):
-        robust_max_gibbs(chol, y, 1e-3, 0)
+        robust_max_gibbs(chol, y, lik, 0)

@@ -151,7 +151,7 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
 
 
 @torch.no_grad()
-def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samples: int, *, burn_in: int = 500,
+def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples: int, *, burn_in: int = 500,
                      thin: int = 1, f0: torch.Tensor | None = None, travel_time: float = 0.5 * math.pi,
                      max_bounces: int = 1_000_000, generator: torch.Generator | None = None
                      ) -> tuple[torch.Tensor, dict]:
@@ -169,7 +169,7 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samp
 
     Args:
         chol: [L,N,N] lower Cholesky factors of the prior covariances (``prior_cholesky``); L = C ≥ 2.
-        y: [N] labels in 0..L−1. epsilon: the likelihood's ε in (0, 1) (``RobustMax.epsilon``).
+        y: [N] labels in 0..L−1. likelihood: the ``RobustMax`` being sampled (its ε and C = L).
         n_samples, burn_in, thin: as ``elliptical_slice``.
         f0: initial state [L,N] (default zeros: every point starts as label noise, which is allowed).
         travel_time: HMC time per iteration (π/2: for an untruncated Gaussian, an independent draw).
@@ -188,9 +188,10 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samp
     yy = torch.as_tensor(y).detach().cpu().numpy()
     if yy.shape != (N,) or not np.issubdtype(yy.dtype, np.integer) or (N and (yy.min() < 0 or yy.max() >= L)):
         raise ValueError(f"y must be [{N}] integer labels in 0..{L - 1}")
-    eps = float(epsilon)
-    if not 0.0 < eps < 1.0:
-        raise ValueError(f"epsilon must be in (0, 1), got {eps}")
+    from .likelihoods import RobustMax
+    if not isinstance(likelihood, RobustMax) or likelihood.n_classes != L:
+        raise ValueError(f"likelihood must be a RobustMax with {L} classes (one latent function each), "
+                         f"got {likelihood!r}")
     if not travel_time > 0.0:
         raise ValueError(f"travel_time must be > 0, got {travel_time}")
     R = chol.detach().cpu().to(torch.float64).numpy()
@@ -199,8 +200,8 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samp
     cols = np.arange(N)
     walls = np.ones((L, N), dtype=bool)
     walls[yy, cols] = False                                              # slot (k, i) is a wall f_i^{y_i} ≥ f_i^k
-    log_a, log_b = math.log(1.0 - eps + eps / L), math.log(eps / L)
-    p_clean = (1.0 - eps) / (1.0 - eps + eps / L)
+    log_a, log_b = (float(v) for v in likelihood._log_a_b())
+    p_clean = math.exp(float(torch.nn.functional.logsigmoid(-likelihood.raw_epsilon)) - log_a)   # (1 − ε)/a
     F = np.zeros((L, N)) if f0 is None else torch.as_tensor(f0).detach().cpu().to(torch.float64).numpy().copy()
     if F.shape != (L, N) or not np.isfinite(F).all():
         raise ValueError(f"f0 must be a finite [{L},{N}] state, got shape {tuple(F.shape)}")
@@ -217,14 +218,14 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samp
         u = torch.rand(N, dtype=torch.float64, generator=generator).numpy()
         z = satisfied(F) & (u < p_clean)                                 # z | F
         noise += int(N - z.sum())
-        active = walls & z[None, :]
+        inactive = ~(walls & z[None, :])
         v = torch.randn(L, N, 1, dtype=torch.float64, generator=generator).numpy()
         U = (R @ v)[..., 0]
         left, n_bounce = float(travel_time), 0
         while True:
             a, b = margin(F), margin(U)
             t = np.mod(np.arctan2(b, a) + 0.5 * math.pi, 2.0 * math.pi)
-            t[~active] = np.inf
+            t[inactive] = np.inf
             j = int(np.argmin(t))
             tj = float(t.flat[j])
             step = min(tj, left)
@@ -245,8 +246,8 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, epsilon: float, n_samp
         bounces += n_bounce
         if it >= burn_in and (it - burn_in) % thin == thin - 1:
             out.append(torch.from_numpy(F.copy()))
-            ok = satisfied(F)
-            trace.append(float(ok.sum() * log_a + (N - ok.sum()) * log_b))
+            n_ok = int(satisfied(F).sum())
+            trace.append(n_ok * log_a + (N - n_ok) * log_b)
     samples = torch.stack(out).to(dtype=chol.dtype, device=chol.device)
     return samples, {"log_lik": torch.tensor(trace, dtype=torch.float64), "bounces_per_iteration": bounces / total,
                      "noise_labels": noise / total}
