@@ -14,6 +14,7 @@ waveform.) α → 0 is run as α = 1e-3.
     python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep   # mixing check
     python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep --sampler ep
     python benchmarks/alpha_mcmc.py --sets glass --splits 1 --alphas 1 --chains 4 --start ep --sampler gibbs
+    python benchmarks/alpha_mcmc.py --sets svmguide2 --splits 1 --alphas 1 --chains 4 --start ep --sampler gibbs --row-sweep-every 10
 
 Writes results/<--out>.json: test NLL and error of every fit and of MCMC, and MCMC's time and
 proposals per iteration.
@@ -61,6 +62,9 @@ def main():
                          "(generalised elliptical slice, sgpc.mcmc.posterior_reference), or Gibbs on the "
                          "robust-max label-noise indicators with exact HMC of F (sgpc.mcmc.robust_max_gibbs); "
                          "the target is the same")
+    ap.add_argument("--row-sweep-every", type=int, default=0,
+                    help="with --sampler gibbs: every that many iterations a sweep draws each point's (z_i, f_i) from "
+                         "its conditional given the others (robust_max_gibbs row_sweep_every; 0 = none)")
     ap.add_argument("--out", default="alpha_mcmc")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -103,15 +107,17 @@ def main():
             if args.start == "ep":
                 mean, var = marginals(ep.model_, ep.posterior_, X)                   # [N,L]
             reference = posterior_reference(ep.model_, ep.posterior_, X) if args.sampler == "ep" else None
-            chains, traces, proposals = [], [], []
+            chains, traces, proposals, noise_counts = [], [], [], []
             for c in range(args.chains):
                 f0 = None
                 if args.start == "ep":   # over-dispersed around full EP's marginals, so that R̂ can see disagreement
                     f0 = (mean + 2.0 * var.sqrt() * torch.randn(mean.shape, generator=g, dtype=mean.dtype)).T
                 if args.sampler == "gibbs":
                     smp, info = robust_max_gibbs(chol, y, lik, args.samples, burn_in=args.burn_in,
-                                                 thin=args.thin, f0=f0, generator=g)
+                                                 thin=args.thin, f0=f0, row_sweep_every=args.row_sweep_every,
+                                                 generator=g)
                     proposals.append(info["bounces_per_iteration"])         # reflections of exact HMC
+                    noise_counts.append(info["noise_labels"])
                 else:
                     smp, info = elliptical_slice(lambda F: lik.log_prob(y, F.T).sum(), chol, args.samples,
                                                  burn_in=args.burn_in, thin=args.thin, f0=f0, reference=reference,
@@ -134,6 +140,7 @@ def main():
                          "rhat_log_lik": split_rhat(torch.stack(traces)) if args.samples >= 4 else None,
                          "log_lik_chain_means": [float(tr.mean()) for tr in traces],
                          "test_nll_per_chain": per_chain,
+                         "noise_labels_per_chain": noise_counts or None,      # mean count of z = noise (gibbs)
                          "train_error_last_sample": [float((ch[-1].argmax(0) != y).double().mean()) for ch in chains],
                          **evaluate(lp.exp().numpy(), ep.classes_, yte)})
             print(f"{name:12s} split {seed} mcmc         nll {rows[-1]['nll']:.3f} err {rows[-1]['error']:.3f} "

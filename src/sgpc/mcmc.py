@@ -38,6 +38,13 @@ constraint's value along it is r cos(t − φ), so the time it is hit is known i
 particle reflects off the first wall it meets. With ellipse samplers the chains crossed the
 near-separating posteriors of ε = 10⁻³ in small steps and had not mixed after 50 000 iterations
 (docs/results-alpha.md); exact HMC moves along the walls instead of shrinking towards them.
+
+z | F alone mixes the count of noise labels slowly: a clean point satisfies its constraint, so it turns to
+noise with probability ε/C per iteration, however strongly its neighbours vote against its label. The
+optional row sweeps (``row_sweep_every``) draw each point's (z_i, f_i) jointly from its conditional given
+the other points, with f_i integrated out of z_i: P(clean) ∝ (1 − ε) P(y_i wins | F_{−i}), P(noise) ∝ ε/C,
+the first a one-dimensional integral of a log-concave density; f_i then follows exactly (adaptive-rejection
+hull for f_i^{y_i}, inverse CDFs for the rest).
 """
 from __future__ import annotations
 
@@ -46,6 +53,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+from scipy import special
+from scipy.linalg import solve_triangular
 
 from .gaussian import cholesky, solve_lower
 
@@ -153,8 +162,8 @@ def elliptical_slice(log_lik: Callable[[torch.Tensor], torch.Tensor], chol: torc
 @torch.no_grad()
 def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples: int, *, burn_in: int = 500,
                      thin: int = 1, f0: torch.Tensor | None = None, travel_time: float = 0.5 * math.pi,
-                     max_bounces: int = 1_000_000, generator: torch.Generator | None = None
-                     ) -> tuple[torch.Tensor, dict]:
+                     max_bounces: int = 1_000_000, row_sweep_every: int = 0,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
     """Samples of F [L,N] from p(F | y) ∝ Π_i p(y_i | f_i) N(F | 0, chol cholᵀ) for the robust-max
     likelihood (``likelihoods.RobustMax``, one latent function per class), by Gibbs sampling of the
     label-noise indicators and exact HMC of the truncated Gaussian (module doc).
@@ -174,11 +183,16 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
         f0: initial state [L,N] (default zeros: every point starts as label noise, which is allowed).
         travel_time: HMC time per iteration (π/2: for an untruncated Gaussian, an independent draw).
         max_bounces: a guard per iteration against a trajectory trapped by rounding (raises).
+        row_sweep_every: if > 0, every that many iterations (from the first) a sweep over the points draws
+            each (z_i, f_i) jointly from its conditional given the other points, f_i integrated out of z_i's
+            (``_row_sweep``; O(N) one-dimensional integrals and O(L·N²) per sweep). z | F alone leaves a clean
+            point clean with probability ≥ 1 − ε/C per iteration even where the posterior calls it noise as
+            often as not, so the count of noise labels mixes in ~C/ε iterations; the sweep moves it at once.
         generator: the only randomness (seeded: reproducible).
     Returns:
         (samples [n_samples,L,N], info): info["log_lik"], log p(y | F) of each kept sample (for
         ``split_rhat``); info["bounces_per_iteration"]; info["noise_labels"], the mean number of points
-        with z = 0 per iteration.
+        with z = 0 per iteration; info["sweep_noise_labels"], the mean number drawn as noise per row sweep.
     """
     if n_samples < 1 or burn_in < 0 or thin < 1:
         raise ValueError(f"need n_samples >= 1, burn_in >= 0, thin >= 1; got {n_samples}, {burn_in}, {thin}")
@@ -194,6 +208,8 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
                          f"got {likelihood!r}")
     if not travel_time > 0.0:
         raise ValueError(f"travel_time must be > 0, got {travel_time}")
+    if row_sweep_every < 0:
+        raise ValueError(f"row_sweep_every must be >= 0 (0: no sweeps), got {row_sweep_every}")
     R = chol.detach().cpu().to(torch.float64).numpy()
     K = R @ R.transpose(0, 2, 1)                                         # [L,N,N]
     Kd = np.einsum("lii->li", K)                                         # [L,N]
@@ -212,9 +228,18 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
     def satisfied(A):                                                    # [N]: f_i^{y_i} is the strict max
         return ((margin(A) > 0.0) | ~walls).all(0)
 
-    out, trace, bounces, noise = [], [], 0, 0
+    if row_sweep_every:
+        eye = np.eye(N)
+        R_inv = np.stack([solve_triangular(R[l], eye, lower=True) for l in range(L)])
+        Prec = R_inv.transpose(0, 2, 1) @ R_inv                             # K_l⁻¹, [L,N,N]
+        log_clean = float(torch.nn.functional.logsigmoid(-likelihood.raw_epsilon))   # log(1 − ε)
+
+    out, trace, bounces, noise, sweeps, sweep_noise = [], [], 0, 0, 0, 0
     total = burn_in + n_samples * thin
     for it in range(total):
+        if row_sweep_every and it % row_sweep_every == 0:
+            sweep_noise += _row_sweep(F, Prec, yy, log_clean, log_b, generator)
+            sweeps += 1
         u = torch.rand(N, dtype=torch.float64, generator=generator).numpy()
         z = satisfied(F) & (u < p_clean)                                 # z | F
         noise += int(N - z.sum())
@@ -250,7 +275,117 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
             trace.append(n_ok * log_a + (N - n_ok) * log_b)
     samples = torch.stack(out).to(dtype=chol.dtype, device=chol.device)
     return samples, {"log_lik": torch.tensor(trace, dtype=torch.float64), "bounces_per_iteration": bounces / total,
-                     "noise_labels": noise / total}
+                     "noise_labels": noise / total, "sweep_noise_labels": sweep_noise / sweeps if sweeps else None}
+
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(160)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class _CleanRow:
+    """One point's latent values f [L] ~ N(m, diag(s²)) restricted to 'its label y wins' (f^y > f^k, k ≠ y).
+
+    The label value t = f^y has the log-concave density g(t) ∝ exp ℓ(t),
+        ℓ(t) = −(t − m_y)²/(2 s_y²) + Σ_{k≠y} log Φ((t − m_k)/s_k),
+    and given t the others are independent normals truncated above at t. ``log_prob`` is
+    log P(f^y is the largest) = log ∫ exp ℓ − log(√(2π) s_y), by Gauss–Legendre on [t* ± 30δ] (t* the
+    mode, δ = (−ℓ''(t*))^{-1/2}; by concavity exp ℓ has fallen below e^{−15} of its peak outside).
+    ``sample`` draws t exactly by rejection from the upper hull of three tangents of ℓ (at t* and t* ± δ;
+    Gilks & Wild 1992), then the others by inverse CDFs.
+    """
+
+    def __init__(self, m: np.ndarray, s: np.ndarray, y: int):
+        others = np.arange(m.shape[0]) != y
+        self.my, self.sy, self.mk, self.sk = float(m[y]), float(s[y]), m[others], s[others]
+        lo, hi = self.my, self.my + self.sy                      # ℓ'(m_y) > 0: the mode lies above m_y
+        while self.slope(hi)[0] > 0.0:
+            lo, hi = hi, self.my + 2.0 * (hi - self.my)
+        t = 0.5 * (lo + hi)
+        for _ in range(200):                   # Newton on ℓ' (decreasing), kept inside the bracket [lo, hi]
+            d1, d2 = self.slope(t)
+            step = -d1 / d2
+            if abs(step) <= 1e-12 * (abs(t) + self.sy):
+                t += step
+                break
+            if d1 > 0.0:
+                lo = t
+            else:
+                hi = t
+            t = t + step if lo < t + step < hi else 0.5 * (lo + hi)
+        self.mode = t
+        self.delta = 1.0 / math.sqrt(-self.slope(t)[1])
+        self.top = self.log_density(np.array([self.mode]))[0]
+        t = self.mode + 30.0 * self.delta * _GL_X
+        log_mass = math.log(30.0 * self.delta) + self.top + math.log(
+            float(np.dot(_GL_W, np.exp(self.log_density(t) - self.top))))
+        self.log_prob = log_mass - _LOG_SQRT_2PI - math.log(self.sy)
+
+    def log_density(self, t: np.ndarray) -> np.ndarray:
+        u = (t[:, None] - self.mk) / self.sk
+        return -0.5 * ((t - self.my) / self.sy) ** 2 + special.log_ndtr(u).sum(-1)
+
+    def slope(self, t: float) -> tuple[float, float]:
+        """ℓ'(t) and ℓ''(t), with the Mills ratio r = φ/Φ and r' = −r(u + r)."""
+        u = (t - self.mk) / self.sk
+        r = np.exp(-0.5 * u * u - _LOG_SQRT_2PI - special.log_ndtr(u))
+        return (-(t - self.my) / self.sy ** 2 + float((r / self.sk).sum()),
+                -1.0 / self.sy ** 2 - float((r * (u + r) / self.sk ** 2).sum()))
+
+    def sample(self, generator) -> np.ndarray:
+        t0, t2 = self.mode - self.delta, self.mode + self.delta
+        (l0, l2), s0, s2 = self.log_density(np.array([t0, t2])), self.slope(t0)[0], self.slope(t2)[0]
+        z01, z12 = t0 + (self.top - l0) / s0, t2 + (self.top - l2) / s2         # where the tangents meet the top
+        w = np.array([1.0 / s0, z12 - z01, -1.0 / s2])                           # the hull's three masses ÷ e^top
+        cum = np.cumsum(w) / w.sum()
+        for _ in range(10_000):
+            u = torch.rand(3, dtype=torch.float64, generator=generator).numpy()
+            piece = int(np.searchsorted(cum, u[0]))
+            if piece == 0:
+                t = z01 + math.log(u[1]) / s0
+                hull = self.top + s0 * (t - z01)
+            elif piece == 1:
+                t, hull = z01 + u[1] * (z12 - z01), self.top
+            else:
+                t = z12 + math.log(u[1]) / s2
+                hull = self.top + s2 * (t - z12)
+            if math.log(u[2]) <= self.log_density(np.array([t]))[0] - hull:
+                break
+        else:
+            raise RuntimeError("rejection sampling of a label value failed 10 000 times (a non-concave density?)")
+        # the others: N(m_k, s_k²) truncated to (−∞, t], by the inverse CDF in log space (ndtri_exp)
+        b = (t - self.mk) / self.sk
+        log_u = np.log(torch.rand(b.shape[0], dtype=torch.float64, generator=generator).numpy())
+        x = np.minimum(special.ndtri_exp(log_u + special.log_ndtr(b)), b)
+        return t, self.mk + self.sk * x
+
+
+def _row_sweep(F: np.ndarray, Prec: np.ndarray, yy: np.ndarray, log_clean: float, log_noise: float, generator) -> int:
+    """One systematic-scan Gibbs sweep over the points, each drawing (z_i, f_i) | F_{−i} jointly (f_i all L
+    latent values of point i), in place. With f_i integrated out, P(z_i = clean | F_{−i}) ∝ (1 − ε) P_i and
+    P(noise) ∝ ε/C, P_i the probability that y_i wins under the GP conditional N(f_i | F_{−i}); then f_i is
+    drawn from that conditional, truncated to 'y_i wins' if clean. The conditional of latent l is
+    N(f_l[i] − (Λ_l f_l)[i]/Λ_l[i,i], 1/Λ_l[i,i]) with Λ_l = K_l⁻¹; Λ f is kept up to date as f_i moves.
+    Returns the number of points drawn as noise."""
+    L, N = F.shape
+    G = np.einsum("lij,lj->li", Prec, F)                                       # Λ_l f_l, [L,N]
+    diag = np.einsum("lii->li", Prec)
+    sd = 1.0 / np.sqrt(diag)
+    n_noise = 0
+    for i in range(N):
+        m = F[:, i] - G[:, i] / diag[:, i]
+        row = _CleanRow(m, sd[:, i], int(yy[i]))
+        log_c = log_clean + row.log_prob
+        p_clean = 1.0 / (1.0 + math.exp(min(log_noise - log_c, 700.0)))
+        if float(torch.rand(1, dtype=torch.float64, generator=generator)) < p_clean:
+            new = np.empty(L)
+            others = np.arange(L) != yy[i]
+            new[yy[i]], new[others] = row.sample(generator)
+        else:
+            new = m + sd[:, i] * torch.randn(L, dtype=torch.float64, generator=generator).numpy()
+            n_noise += 1
+        G += Prec[:, :, i] * (new - F[:, i])[:, None]
+        F[:, i] = new
+    return n_noise
 
 
 def split_rhat(traces) -> float:
