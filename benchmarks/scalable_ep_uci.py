@@ -50,8 +50,9 @@ PAPER_ERR = {
 OPTIMIZER = {"ep": ("adaptive", 0.1), "sep": ("adaptive", 0.1), "vi": ("lbfgs", 1.0), "gfitc": ("lbfgs", 1.0)}
 
 
-def run(name, method, fraction, seed, iters, optimizer=None, **params):
-    """One fit and test evaluation; ``params`` go to GPClassifier (e.g. alpha)."""
+def run(name, method, fraction, seed, iters, optimizer=None, keep_history=False, **params):
+    """One fit and test evaluation; ``params`` go to GPClassifier (e.g. alpha); ``keep_history`` adds the
+    fit's history under "history"."""
     Xtr, Xte, ytr, yte = train_test(name, seed=seed)
     M = max(1, int(round(fraction * len(Xtr))))
     opt, lr = optimizer or OPTIMIZER[method]
@@ -66,7 +67,8 @@ def run(name, method, fraction, seed, iters, optimizer=None, **params):
     m = evaluate(idx, P[known])
     return {"set": name, "method": method, **params, "fraction": fraction, "M": M, "seed": seed, "n_train": len(Xtr),
             "n_test": int(known.sum()), "error": m["error"], "nll": m["nll"], "time_s": t,
-            "skipped_site_updates": clf.history_["events"][-1]["skipped"] if clf.history_["events"] else 0}
+            "skipped_site_updates": clf.history_["events"][-1]["skipped"] if clf.history_["events"] else 0,
+            **({"history": clf.history_} if keep_history else {})}
 
 
 def summarise(rows):
