@@ -6,6 +6,7 @@ objective of the fit history, step by step (``GPClassifier.history_["objective"]
 method maximises, summed over the training rows).
 
     python benchmarks/alpha_fit_trace.py --set satimage --split 4 --fraction 0.05 --alpha 0.001 --methods rpapep arpep
+    python benchmarks/alpha_fit_trace.py --set satimage --split 0 --alpha 0.001 --methods pep --init-lengthscale 2
 
 Writes results/<--out>.json: per method the test NLL/error, and the objective every --every steps.
 """
@@ -30,14 +31,17 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["rpapep", "arpep"])
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--every", type=int, default=25)
+    ap.add_argument("--init-lengthscale", type=float, default=None,
+                    help="GPClassifier init_lengthscale (default: the library's √D × each feature's spread)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="alpha_fit_trace")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
+    extra = {} if args.init_lengthscale is None else {"init_lengthscale": args.init_lengthscale}
     for method in args.methods:
         r = run(args.set, method, args.fraction, args.split, args.iters, optimizer=OPT[method], alpha=args.alpha,
-                keep_history=True)
+                keep_history=True, **extra)
         h = r.pop("history")
         obj = np.asarray(h["objective"], dtype=float)
         r["objective_every"] = args.every
