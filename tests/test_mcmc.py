@@ -187,14 +187,30 @@ def test_gibbs_at_one_point_matches_the_closed_form_posterior():
     assert 0.1 < info["noise_labels"] < 0.3 and info["bounces_per_iteration"] > 0
 
 
-def _three_class_problem():
-    """Three latent GPs with different amplitudes and length-scales at three close inputs."""
-    X = torch.tensor([[-0.5], [0.0], [0.6]], dtype=DT)
-    kern = K.RBF(1, 3, lengthscale=0.7, variance=1.5, noise=1e-2, dtype=DT)
+def _three_latent_problem(x, lengthscales, noise, y):
+    """Three latent GPs with different amplitudes (0.5, 1.5, 3) and the given length-scales at inputs x."""
+    X = torch.tensor(x, dtype=DT)[:, None]
+    kern = K.RBF(1, 3, lengthscale=1.0, variance=1.5, noise=noise, dtype=DT)
     with torch.no_grad():
         kern.raw_variance.copy_(inverse_positive(torch.tensor([0.5, 1.5, 3.0], dtype=DT)))
-        kern.raw_lengthscale.copy_(inverse_positive(torch.tensor([[0.3], [0.7], [2.0]], dtype=DT)))
-    return prior_cholesky(kern, X), torch.tensor([0, 2, 2])
+        kern.raw_lengthscale.copy_(inverse_positive(torch.tensor(lengthscales, dtype=DT)[:, None]))
+    return prior_cholesky(kern, X), torch.tensor(y)
+
+
+def _three_class_problem():
+    """Three close inputs, strongly coupled."""
+    return _three_latent_problem([-0.5, 0.0, 0.6], [0.3, 0.7, 2.0], 1e-2, [0, 2, 2])
+
+
+def _weakly_coupled_problem():
+    return _three_latent_problem([-1.0, 0.0, 1.2], [0.4, 0.5, 0.6], 1e-1, [0, 2, 1])
+
+
+def _importance_posterior(chol, y, lik, g, n=400_000):
+    """Prior draws [n,L,N], their normalised weights Π p(y_i | f_i) and the posterior mean they give."""
+    prior = (chol[None] @ torch.randn(n, *chol.shape[:2], 1, dtype=DT, generator=g))[..., 0]
+    w = torch.softmax(lik.log_prob(y, prior.transpose(1, 2)).sum(-1), 0)
+    return prior, w, (w[:, None, None] * prior).sum(0)
 
 
 def test_gibbs_matches_importance_sampling_from_the_prior():
@@ -204,9 +220,7 @@ def test_gibbs_matches_importance_sampling_from_the_prior():
     g = torch.Generator().manual_seed(0)
     chol, y = _three_class_problem()
     lik = RobustMax(3, epsilon=1e-3)
-    prior = (chol[None] @ torch.randn(400_000, 3, 3, 1, dtype=DT, generator=g))[..., 0]    # [n,L,N]
-    w = torch.softmax(lik.log_prob(y, prior.transpose(1, 2)).sum(-1), 0)
-    exact = (w[:, None, None] * prior).sum(0)
+    _, _, exact = _importance_posterior(chol, y, lik, g)
     s, info = robust_max_gibbs(chol, y, lik, 10000, burn_in=200, generator=g)
     assert (s.mean(0) - exact).abs().max() < 0.05
     # at ε = 10⁻³ label noise is rare and the clean points' constraints hold in almost every kept sample
@@ -241,15 +255,6 @@ def test_label_row_draws_match_brute_force():
     np.testing.assert_allclose(draws.std(0), f[wins].std(0), atol=0.03)
 
 
-def _weakly_coupled_problem():
-    X = torch.tensor([[-1.0], [0.0], [1.2]], dtype=DT)
-    kern = K.RBF(1, 3, lengthscale=0.5, variance=1.5, noise=1e-1, dtype=DT)
-    with torch.no_grad():
-        kern.raw_variance.copy_(inverse_positive(torch.tensor([0.5, 1.5, 3.0], dtype=DT)))
-        kern.raw_lengthscale.copy_(inverse_positive(torch.tensor([[0.4], [0.5], [0.6]], dtype=DT)))
-    return prior_cholesky(kern, X), torch.tensor([0, 2, 1])
-
-
 def test_row_sweeps_alone_sample_the_posterior():
     # HMC all but off (travel time 1e-9): the sweeps must carry the chain. ε = 0.3, so z_i is noise often.
     # Importance sampling from the prior gives the posterior mean of F and P(f_i satisfies y_i) = p_i; a
@@ -257,10 +262,8 @@ def test_row_sweeps_alone_sample_the_posterior():
     g = torch.Generator().manual_seed(0)
     chol, y = _weakly_coupled_problem()
     lik = RobustMax(3, epsilon=0.3)
-    prior = (chol[None] @ torch.randn(400_000, 3, 3, 1, dtype=DT, generator=g))[..., 0]
+    prior, w, exact = _importance_posterior(chol, y, lik, g)
     ll = lik.log_prob(y, prior.transpose(1, 2))                                     # [n,N]
-    w = torch.softmax(ll.sum(-1), 0)
-    exact = (w[:, None, None] * prior).sum(0)
     second = torch.einsum("n,nli,nlj->lij", w, prior, prior)                         # E[f_l,i f_l,j]
     log_a, log_b = (float(v) for v in lik._log_a_b())
     p_sat = (w[:, None] * (ll == log_a)).sum(0)
@@ -278,9 +281,7 @@ def test_gibbs_with_row_sweeps_matches_importance_sampling():
     g = torch.Generator().manual_seed(0)
     chol, y = _three_class_problem()
     lik = RobustMax(3, epsilon=1e-3)
-    prior = (chol[None] @ torch.randn(400_000, 3, 3, 1, dtype=DT, generator=g))[..., 0]
-    w = torch.softmax(lik.log_prob(y, prior.transpose(1, 2)).sum(-1), 0)
-    exact = (w[:, None, None] * prior).sum(0)
+    _, _, exact = _importance_posterior(chol, y, lik, g)
     s, info = robust_max_gibbs(chol, y, lik, 8000, burn_in=200, row_sweep_every=2, generator=g)
     assert (s.mean(0) - exact).abs().max() < 0.05
     assert info["sweep_noise_labels"] < 0.05
