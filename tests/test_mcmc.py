@@ -232,9 +232,11 @@ def test_gibbs_matches_importance_sampling_from_the_prior():
 # -- row sweeps: (z_i, f_i) drawn jointly given the other points ------------------------------------------
 
 @pytest.mark.parametrize("m, s", [([0.3, -0.2], [1.0, 0.5]), ([-3.0, 2.0], [0.2, 0.1]), ([-30.0, 2.0], [0.02, 0.1]),
-                                  ([5.0, 0.0], [1.0, 2.0])])
+                                  ([5.0, 0.0], [1.0, 2.0]), ([0.0, 0.0], [1.0, 1e-3]), ([0.0, 0.5], [1e-3, 1.0])])
 def test_label_row_probability_is_the_two_class_closed_form(m, s):
-    # C = 2: P(f^0 > f^1) = Φ((m_0 − m_1)/√(s_0² + s_1²)), in log space down to log P ≈ −49 000
+    # C = 2: P(f^0 > f^1) = Φ((m_0 − m_1)/√(s_0² + s_1²)), in log space down to log P ≈ −49 000, and where a
+    # sharp competitor makes the density a narrow edge with a long tail (a window from the mode's curvature
+    # alone missed 0.2% of the mass)
     row = _CleanRow(np.array(m), np.array(s), 0)
     want = float(log_ndtr((m[0] - m[1]) / math.hypot(*s)))
     assert row.log_prob == pytest.approx(want, rel=1e-9, abs=1e-12)
@@ -251,8 +253,9 @@ def test_label_row_draws_match_brute_force():
     g = torch.Generator().manual_seed(1)
     draws = np.array([np.r_[t, o] for t, o in (row.sample(g) for _ in range(6000))])
     assert (draws[:, 0] > draws[:, 1:].max(1)).all()
-    np.testing.assert_allclose(draws.mean(0), f[wins].mean(0), atol=0.03)
-    np.testing.assert_allclose(draws.std(0), f[wins].std(0), atol=0.03)
+    # standard errors of the 6 000 draws' means: 0.008, 0.004, 0.02 (the third value's spread is 1.5)
+    np.testing.assert_allclose(draws.mean(0), f[wins].mean(0), atol=0.06)
+    np.testing.assert_allclose(draws.std(0), f[wins].std(0), atol=0.05)
 
 
 def test_row_sweeps_alone_sample_the_posterior():

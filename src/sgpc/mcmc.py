@@ -288,10 +288,11 @@ class _CleanRow:
     The label value t = f^y has the log-concave density g(t) ∝ exp ℓ(t),
         ℓ(t) = −(t − m_y)²/(2 s_y²) + Σ_{k≠y} log Φ((t − m_k)/s_k),
     and given t the others are independent normals truncated above at t. ``log_prob`` is
-    log P(f^y is the largest) = log ∫ exp ℓ − log(√(2π) s_y), by Gauss–Legendre on [t* ± 30δ] (t* the
-    mode, δ = (−ℓ''(t*))^{-1/2}; by concavity exp ℓ has fallen below e^{−15} of its peak outside).
-    ``sample`` draws t exactly by rejection from the upper hull of three tangents of ℓ (at t* and t* ± δ;
-    Gilks & Wild 1992), then the others by inverse CDFs.
+    log P(f^y is the largest) = log ∫ exp ℓ − log(√(2π) s_y), by Gauss–Legendre on each side of the mode t*
+    out to where ℓ has fallen 40 below its peak (beyond, the concave ℓ only falls further). ``sample`` draws t
+    exactly by rejection from the upper hull of three tangents of ℓ: at t* and at the two points where
+    ℓ = ℓ(t*) − 1 (Gilks & Wild 1992; for a log-concave density that hull accepts a fair share of draws
+    whatever the scales), then the others by inverse CDFs.
     """
 
     def __init__(self, m: np.ndarray, s: np.ndarray, y: int):
@@ -313,12 +314,33 @@ class _CleanRow:
                 hi = t
             t = t + step if lo < t + step < hi else 0.5 * (lo + hi)
         self.mode = t
-        self.delta = 1.0 / math.sqrt(-self.slope(t)[1])
-        self.top = self.log_density(np.array([self.mode]))[0]
-        t = self.mode + 30.0 * self.delta * _GL_X
-        log_mass = math.log(30.0 * self.delta) + self.top + math.log(
-            float(np.dot(_GL_W, np.exp(self.log_density(t) - self.top))))
-        self.log_prob = log_mass - _LOG_SQRT_2PI - math.log(self.sy)
+        self.top = self.log_density(np.array([t]))[0]
+        step = 1.0 / math.sqrt(-self.slope(t)[1])            # the curvature's scale at the mode
+        # tangent points of the sampling hull where ℓ = top − 1, and the ends of the quadrature where
+        # ℓ < top − 40 (ℓ falls monotonically away from the mode: concave)
+        self.inner = [self._level(-step, 1.0), self._level(step, 1.0)]
+        ends = [self._level(self.inner[0] - t, 40.0, exact=False), self._level(self.inner[1] - t, 40.0, exact=False)]
+        mass = 0.0
+        for a, b in ((ends[0], t), (t, ends[1])):                 # Gauss–Legendre on each side of the mode
+            x = 0.5 * (a + b) + 0.5 * (b - a) * _GL_X
+            mass += 0.5 * (b - a) * float(np.dot(_GL_W, np.exp(self.log_density(x) - self.top)))
+        self.log_prob = self.top + math.log(mass) - _LOG_SQRT_2PI - math.log(self.sy)
+
+    def _level(self, step: float, drop: float, exact: bool = True) -> float:
+        """A point on the side sign(step) of the mode where ℓ = top − drop (found by doubling step, then 12
+        bisections: the hull only needs a point near the level), or with exact=False the first doubled point where ℓ < top − drop."""
+        near, far = self.mode, self.mode + step
+        while self.log_density(np.array([far]))[0] > self.top - drop:
+            near, far = far, self.mode + 2.0 * (far - self.mode)
+        if not exact:
+            return far
+        for _ in range(12):
+            mid = 0.5 * (near + far)
+            if self.log_density(np.array([mid]))[0] > self.top - drop:
+                near = mid
+            else:
+                far = mid
+        return 0.5 * (near + far)
 
     def log_density(self, t: np.ndarray) -> np.ndarray:
         u = (t[:, None] - self.mk) / self.sk
@@ -331,14 +353,15 @@ class _CleanRow:
         return (-(t - self.my) / self.sy ** 2 + float((r / self.sk).sum()),
                 -1.0 / self.sy ** 2 - float((r * (u + r) / self.sk ** 2).sum()))
 
-    def sample(self, generator) -> np.ndarray:
-        t0, t2 = self.mode - self.delta, self.mode + self.delta
+    def sample(self, generator) -> tuple[float, np.ndarray]:
+        """(f^y, the other values [L−1]), an exact draw."""
+        t0, t2 = self.inner
         (l0, l2), s0, s2 = self.log_density(np.array([t0, t2])), self.slope(t0)[0], self.slope(t2)[0]
         z01, z12 = t0 + (self.top - l0) / s0, t2 + (self.top - l2) / s2         # where the tangents meet the top
         w = np.array([1.0 / s0, z12 - z01, -1.0 / s2])                           # the hull's three masses ÷ e^top
         cum = np.cumsum(w) / w.sum()
         for _ in range(10_000):
-            u = torch.rand(3, dtype=torch.float64, generator=generator).numpy()
+            u = 1.0 - torch.rand(3, dtype=torch.float64, generator=generator).numpy()         # in (0, 1]
             piece = int(np.searchsorted(cum, u[0]))
             if piece == 0:
                 t = z01 + math.log(u[1]) / s0
@@ -354,7 +377,7 @@ class _CleanRow:
             raise RuntimeError("rejection sampling of a label value failed 10 000 times (a non-concave density?)")
         # the others: N(m_k, s_k²) truncated to (−∞, t], by the inverse CDF in log space (ndtri_exp)
         b = (t - self.mk) / self.sk
-        log_u = np.log(torch.rand(b.shape[0], dtype=torch.float64, generator=generator).numpy())
+        log_u = np.log(1.0 - torch.rand(b.shape[0], dtype=torch.float64, generator=generator).numpy())
         x = np.minimum(special.ndtri_exp(log_u + special.log_ndtr(b)), b)
         return t, self.mk + self.sk * x
 
