@@ -43,8 +43,8 @@ z | F alone mixes the count of noise labels slowly: a clean point satisfies its 
 noise with probability ε/C per iteration, however strongly its neighbours vote against its label. The
 optional row sweeps (``row_sweep_every``) draw each point's (z_i, f_i) jointly from its conditional given
 the other points, with f_i integrated out of z_i: P(clean) ∝ (1 − ε) P(y_i wins | F_{−i}), P(noise) ∝ ε/C,
-the first a one-dimensional integral of a log-concave density; f_i then follows exactly (adaptive-rejection
-hull for f_i^{y_i}, inverse CDFs for the rest).
+the first the label-largest integral of ``quadrature``; f_i then follows exactly (adaptive-rejection hull of
+the log-concave density of f_i^{y_i}, inverse CDFs for the rest).
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ import torch
 from scipy import special
 from scipy.linalg import solve_triangular
 
+from . import quadrature
 from .gaussian import cholesky, solve_lower
 
 __all__ = ["prior_cholesky", "posterior_reference", "elliptical_slice", "robust_max_gibbs", "predict_log_proba",
@@ -185,7 +186,7 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
         max_bounces: a guard per iteration against a trajectory trapped by rounding (raises).
         row_sweep_every: if > 0, every that many iterations (from the first) a sweep over the points draws
             each (z_i, f_i) jointly from its conditional given the other points, f_i integrated out of z_i's
-            (``_row_sweep``; O(N) one-dimensional integrals and O(L·N²) per sweep). z | F alone leaves a clean
+            (``_row_sweep``; O(N) label-largest integrals and O(L·N²) per sweep). z | F alone leaves a clean
             point clean with probability ≥ 1 − ε/C per iteration even where the posterior calls it noise as
             often as not, so the count of noise labels mixes in ~C/ε iterations; the sweep moves it at once.
         generator: the only randomness (seeded: reproducible).
@@ -217,7 +218,8 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
     walls = np.ones((L, N), dtype=bool)
     walls[yy, cols] = False                                              # slot (k, i) is a wall f_i^{y_i} ≥ f_i^k
     log_a, log_b = (float(v) for v in likelihood._log_a_b())
-    p_clean = math.exp(float(torch.nn.functional.logsigmoid(-likelihood.raw_epsilon)) - log_a)   # (1 − ε)/a
+    log_clean = float(torch.nn.functional.logsigmoid(-likelihood.raw_epsilon))    # log(1 − ε)
+    p_clean = math.exp(log_clean - log_a)                                        # (1 − ε)/a
     F = np.zeros((L, N)) if f0 is None else torch.as_tensor(f0).detach().cpu().to(torch.float64).numpy().copy()
     if F.shape != (L, N) or not np.isfinite(F).all():
         raise ValueError(f"f0 must be a finite [{L},{N}] state, got shape {tuple(F.shape)}")
@@ -232,7 +234,6 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
         eye = np.eye(N)
         R_inv = np.stack([solve_triangular(R[l], eye, lower=True) for l in range(L)])
         Prec = R_inv.transpose(0, 2, 1) @ R_inv                             # K_l⁻¹, [L,N,N]
-        log_clean = float(torch.nn.functional.logsigmoid(-likelihood.raw_epsilon))   # log(1 − ε)
 
     out, trace, bounces, noise, sweeps, sweep_noise = [], [], 0, 0, 0, 0
     total = burn_in + n_samples * thin
@@ -278,21 +279,20 @@ def robust_max_gibbs(chol: torch.Tensor, y: torch.Tensor, likelihood, n_samples:
                      "noise_labels": noise / total, "sweep_noise_labels": sweep_noise / sweeps if sweeps else None}
 
 
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(160)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class _CleanRow:
-    """One point's latent values f [L] ~ N(m, diag(s²)) restricted to 'its label y wins' (f^y > f^k, k ≠ y).
+    """One point's latent values f [L] ~ N(m, diag(s²)) restricted to 'its label y wins' (f^y > f^k, k ≠ y),
+    for exact draws.
 
     The label value t = f^y has the log-concave density g(t) ∝ exp ℓ(t),
         ℓ(t) = −(t − m_y)²/(2 s_y²) + Σ_{k≠y} log Φ((t − m_k)/s_k),
-    and given t the others are independent normals truncated above at t. ``log_prob`` is
-    log P(f^y is the largest) = log ∫ exp ℓ − log(√(2π) s_y), by Gauss–Legendre on each side of the mode t*
-    out to where ℓ has fallen 40 below its peak (beyond, the concave ℓ only falls further). ``sample`` draws t
-    exactly by rejection from the upper hull of three tangents of ℓ: at t* and at the two points where
+    and given t the others are independent normals truncated above at t. ``sample`` draws t exactly by
+    rejection from the upper hull of three tangents of ℓ: at the mode t* and at the two points where
     ℓ = ℓ(t*) − 1 (Gilks & Wild 1992; for a log-concave density that hull accepts a fair share of draws
-    whatever the scales), then the others by inverse CDFs.
+    whatever the scales), then the others by inverse CDFs. (The probability of the restriction,
+    P(f^y is the largest), is ``quadrature.log_prob_label_largest``.)
     """
 
     def __init__(self, m: np.ndarray, s: np.ndarray, y: int):
@@ -316,27 +316,17 @@ class _CleanRow:
         self.mode = t
         self.top = self.log_density(np.array([t]))[0]
         step = 1.0 / math.sqrt(-self.slope(t)[1])            # the curvature's scale at the mode
-        # tangent points of the sampling hull where ℓ = top − 1, and the ends of the quadrature where
-        # ℓ < top − 40 (ℓ falls monotonically away from the mode: concave)
-        self.inner = [self._level(-step, 1.0), self._level(step, 1.0)]
-        ends = [self._level(self.inner[0] - t, 40.0, exact=False), self._level(self.inner[1] - t, 40.0, exact=False)]
-        mass = 0.0
-        for a, b in ((ends[0], t), (t, ends[1])):                 # Gauss–Legendre on each side of the mode
-            x = 0.5 * (a + b) + 0.5 * (b - a) * _GL_X
-            mass += 0.5 * (b - a) * float(np.dot(_GL_W, np.exp(self.log_density(x) - self.top)))
-        self.log_prob = self.top + math.log(mass) - _LOG_SQRT_2PI - math.log(self.sy)
+        self.inner = [self._level(-step), self._level(step)]  # the hull's outer tangent points, ℓ = top − 1
 
-    def _level(self, step: float, drop: float, exact: bool = True) -> float:
-        """A point on the side sign(step) of the mode where ℓ = top − drop (found by doubling step, then 12
-        bisections: the hull only needs a point near the level), or with exact=False the first doubled point where ℓ < top − drop."""
+    def _level(self, step: float) -> float:
+        """A point on the side sign(step) of the mode near ℓ = top − 1 (ℓ falls monotonically away from the
+        mode): found by doubling step, then 12 bisections — the hull only needs a point near the level."""
         near, far = self.mode, self.mode + step
-        while self.log_density(np.array([far]))[0] > self.top - drop:
+        while self.log_density(np.array([far]))[0] > self.top - 1.0:
             near, far = far, self.mode + 2.0 * (far - self.mode)
-        if not exact:
-            return far
         for _ in range(12):
             mid = 0.5 * (near + far)
-            if self.log_density(np.array([mid]))[0] > self.top - drop:
+            if self.log_density(np.array([mid]))[0] > self.top - 1.0:
                 near = mid
             else:
                 far = mid
@@ -393,16 +383,17 @@ def _row_sweep(F: np.ndarray, Prec: np.ndarray, yy: np.ndarray, log_clean: float
     G = np.einsum("lij,lj->li", Prec, F)                                       # Λ_l f_l, [L,N]
     diag = np.einsum("lii->li", Prec)
     sd = 1.0 / np.sqrt(diag)
+    var_t = torch.from_numpy(np.ascontiguousarray((sd * sd).T))                # [N,L]
     n_noise = 0
     for i in range(N):
         m = F[:, i] - G[:, i] / diag[:, i]
-        row = _CleanRow(m, sd[:, i], int(yy[i]))
-        log_c = log_clean + row.log_prob
-        p_clean = 1.0 / (1.0 + math.exp(min(log_noise - log_c, 700.0)))
+        log_p = float(quadrature.log_prob_label_largest(torch.from_numpy(yy[i:i + 1]).long(),
+                                                        torch.from_numpy(m[None]), var_t[i:i + 1])[0])
+        p_clean = 1.0 / (1.0 + math.exp(min(log_noise - log_clean - log_p, 700.0)))
         if float(torch.rand(1, dtype=torch.float64, generator=generator)) < p_clean:
             new = np.empty(L)
             others = np.arange(L) != yy[i]
-            new[yy[i]], new[others] = row.sample(generator)
+            new[yy[i]], new[others] = _CleanRow(m, sd[:, i], int(yy[i])).sample(generator)
         else:
             new = m + sd[:, i] * torch.randn(L, dtype=torch.float64, generator=generator).numpy()
             n_noise += 1
