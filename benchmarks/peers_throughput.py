@@ -20,9 +20,13 @@ Model differences that are the libraries' own (stated, not hidden):
             one shared ARD kernel for the C latent GPs (GPflow's standard multi-class setup),
             training step compiled with tf.function (the first, tracing step runs before the clock starts).
 A peer that is not installed is skipped and the JSON says so (pip install sgpc[bench]).
+--device cuda / --dtype float32 move sgpc and GPyTorch to a GPU / single precision (GPflow stays
+CPU/float64 and is then skipped); on a GPU each GPyTorch step ends with a synchronisation, as sgpc's
+fit reads the objective every step, so both per-step times include the GPU's work.
 
     python benchmarks/peers_throughput.py --budget 60                     # full protocol
     python benchmarks/peers_throughput.py --budget 20 --sets satimage-100 --libs sgpc gpytorch
+    python benchmarks/peers_throughput.py --device cuda --budget 10 --libs sgpc gpytorch --methods vi sep
 Timings are only meaningful on an idle machine: the JSON records os.getloadavg() before each run.
 """
 from __future__ import annotations
@@ -64,7 +68,13 @@ def _nll(logp, y):
     return float(-np.mean(logp[np.arange(len(y)), y])), float(np.mean(logp.argmax(1) != y))
 
 
-def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr):
+def _sync(device):
+    import torch
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     import math
     import numpy as np
     import torch
@@ -74,28 +84,32 @@ def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr):
     base, _, nodes = method.partition("-gh")   # "vi-shared-gh20": the robust-max integral on 20 nodes
     shared = base.endswith("-shared")          # GPflow's model: one Z [M,D] and one kernel for all classes
     est = GPClassifier(method=base.removesuffix("-shared"), n_inducing=M, batch_size=B,
-                       shared_inducing=shared, shared_kernel=shared)
+                       shared_inducing=shared, shared_kernel=shared, device=device, dtype=dtype)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, M), math.sqrt(D) * np.ones(D))
     if nodes:
         model.likelihood.n_points = int(nodes)
     engine = est._make_engine()
-    Xt_, yt_ = torch.as_tensor(X), torch.as_tensor(y)
+    tdt = getattr(torch, dtype)
+    Xt_, yt_ = torch.as_tensor(X, dtype=tdt, device=device), torch.as_tensor(y, device=device)
     g = torch.Generator().manual_seed(0)
     state = engine.init(model, Xt_, yt_, g)
     settings = TrainSettings(learning_rate=lr, max_iter=10 ** 9, batch_size=B, max_time=budget, eval_every=10 ** 9)
     state, hist = fit(model, engine, state, Xt_, yt_, settings, generator=g)
-    lp = predict_log_proba(model, engine.posterior(model, state), torch.as_tensor(Xt)).numpy()
+    with torch.no_grad():      # fit() reads the objective every step, so its step times include the GPU's work
+        lp = predict_log_proba(model, engine.posterior(model, state),
+                               torch.as_tensor(Xt, dtype=tdt, device=device)).double().cpu().numpy()
     return np.diff([0.0] + hist.time), lp
 
 
-def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr):
+def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     import math
     import numpy as np
     import torch
     import gpytorch
     D = X.shape[1]
-    Z = torch.as_tensor(_inducing(X, M)).expand(C, M, D).clone()
+    tdt = getattr(torch, dtype)
+    Z = torch.as_tensor(_inducing(X, M), dtype=tdt, device=device).expand(C, M, D).clone()
 
     class GP(gpytorch.models.ApproximateGP):
         def __init__(self):
@@ -111,11 +125,11 @@ def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr):
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
-    model = GP().double()
-    lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).double()
+    model = GP().to(device=device, dtype=tdt)
+    lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).to(device, tdt)
     mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(y))
     opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=lr)
-    Xs, ys = torch.as_tensor(X), torch.as_tensor(y)
+    Xs, ys = torch.as_tensor(X, dtype=tdt, device=device), torch.as_tensor(y, device=device)
     g = torch.Generator().manual_seed(0)
     times, start = [], time.perf_counter()
     model.train(), lik.train()
@@ -126,12 +140,14 @@ def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr):
         loss = -mll(model(Xs[idx]), ys[idx])
         loss.backward()
         opt.step()
+        _sync(device)                 # as sgpc's fit, which reads the objective every step
         times.append(time.perf_counter() - t0)
     model.eval(), lik.eval()
     out = []
     with torch.no_grad(), gpytorch.settings.num_likelihood_samples(256):
         for a in range(0, len(Xt), 2048):
-            out.append(lik(model(torch.as_tensor(Xt[a:a + 2048]))).probs.mean(0).log().numpy())
+            xb = torch.as_tensor(Xt[a:a + 2048], dtype=tdt, device=device)
+            out.append(lik(model(xb)).probs.mean(0).log().double().cpu().numpy())
     return np.array(times), np.concatenate(out)
 
 
@@ -175,7 +191,7 @@ def run_gpflow(X, y, Xt, yt, C, M, B, budget, lr):
     return np.array(times), np.concatenate(out)
 
 
-def child(setname, lib, method, budget, lr):
+def child(setname, lib, method, budget, lr, device="cpu", dtype="float64"):
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -183,17 +199,19 @@ def child(setname, lib, method, budget, lr):
     X, y, Xt, yt, C = _data(name)
     load = os.getloadavg()
     if lib == "sgpc":
-        times, lp = run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr)
+        times, lp = run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype)
     elif lib == "gpytorch":
-        times, lp = run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr)
+        times, lp = run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr, device, dtype)
     else:
+        if device != "cpu" or dtype != "float64":
+            raise ValueError("the GPflow run is CPU/float64 only here")
         times, lp = run_gpflow(X, y, Xt, yt, C, M, B, budget, lr)
     nll, err = _nll(lp, yt)
     steady = times[min(5, len(times) - 1):]              # the first steps include compilation / warm-up
     return {"set": setname, "lib": lib, "method": method, "N": len(y), "D": X.shape[1], "C": C, "M": M, "B": B,
             "iterations": len(times), "ms_per_iter_median": 1e3 * float(np.median(steady)),
             "ms_per_iter_mean": 1e3 * float(np.mean(steady)), "test_nll": nll, "test_error": err,
-            "budget_s": budget, "loadavg_before": load, "loadavg_after": os.getloadavg()}
+            "budget_s": budget, "device": device, "dtype": dtype, "loadavg_before": load, "loadavg_after": os.getloadavg()}
 
 
 def _installed(lib):
@@ -212,11 +230,13 @@ def main(argv=None):
     p.add_argument("--methods", nargs="+", default=["vi", "sep", "apep", "vi-shared", "vi-shared-gh20"],
                    help="sgpc methods")
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--device", default="cpu", help='"cpu" or "cuda" (sgpc and GPyTorch; GPflow runs on the CPU only)')
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--name", default="peers_throughput")
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.child[2], args.budget, args.lr)))
+        print(json.dumps(child(*args.child, args.budget, args.lr, args.device, args.dtype)))
         return
     from _common import write
     skipped = {lib: "not installed (pip install sgpc[bench])" for lib in args.libs if not _installed(lib)}
@@ -225,7 +245,11 @@ def main(argv=None):
         for lib, method in RUNS:
             if lib not in args.libs or lib in skipped or (lib == "sgpc" and method not in args.methods):
                 continue
-            cmd = [sys.executable, __file__, "--child", s, lib, method, "--budget", str(args.budget), "--lr", str(args.lr)]
+            if lib == "gpflow" and (args.device != "cpu" or args.dtype != "float64"):
+                skipped["gpflow"] = "CPU/float64 only in this script"
+                continue
+            cmd = [sys.executable, __file__, "--child", s, lib, method, "--budget", str(args.budget), "--lr", str(args.lr),
+                   "--device", args.device, "--dtype", args.dtype]
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
