@@ -84,7 +84,9 @@ def streamed(device: str) -> dict:
     return {"streamed_sep_error": float((clf.predict(Xte) != yte).mean())}
 
 
-def step_time(method: str, dtype: torch.dtype, device: str, steps: int, warmup: int) -> float:
+def mnist_shaped_step(method: str, dtype: torch.dtype, device: str):
+    """A ``step()`` that runs one minibatch step (closed-form update, forward, backward, Adam) of ``method``
+    ("vi" or "sep") on a model of the MNIST shape (M = 200, C = 10, D = 784, B = 200; random data)."""
     M, C, D, B = 200, 10, 784, 200
     g = torch.Generator().manual_seed(0)
     N = 4 * B
@@ -93,22 +95,32 @@ def step_time(method: str, dtype: torch.dtype, device: str, steps: int, warmup: 
     model = SparseGP(K.RBF(D, C, noise=1e-3, dtype=dtype), RobustMax(C), X[:M].cpu().expand(C, M, D).clone())
     model = model.to(device=device, dtype=dtype)
     engine = VI() if method == "vi" else SEP()
-    state = engine.init(model, X, y, g)
-    opt = torch.optim.Adam(engine.trainable(model, state), lr=1e-3)
-    times = []
-    for step in range(warmup + steps):
+    box = {"state": engine.init(model, X, y, g)}
+    opt = torch.optim.Adam(engine.trainable(model, box["state"]), lr=1e-3)
+
+    def step():
         idx = torch.randint(0, N, (B,), generator=g).to(device)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        state = engine.update(model, state, X[idx], y[idx], N, idx)
+        box["state"] = state = engine.update(model, box["state"], X[idx], y[idx], N, idx)
         opt.zero_grad(set_to_none=True)
         loss = engine.loss(model, state, X[idx], y[idx], N, idx) / N
         loss.backward()
         opt.step()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        if step >= warmup:
+    return step
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def step_time(method: str, dtype: torch.dtype, device: str, steps: int, warmup: int) -> float:
+    step, times = mnist_shaped_step(method, dtype, device), []
+    for i in range(warmup + steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        if i >= warmup:
             times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
 
