@@ -223,11 +223,12 @@ def test_log_prob_largest_in_chunks_equals_one_pass(monkeypatch):
     sizes = []
     real = Q._panel_nodes                              # called once per chunk of panel rows
     monkeypatch.setattr(Q, "_panel_nodes", lambda edges: sizes.append(edges.shape[0]) or real(edges))
-    monkeypatch.setattr(Q, "_CHUNK_ELEMENTS", 5 * 64 * 5 * 3)       # 3 rows; 4 panel pairs (T·C = 34·6·5)
+    # 3 rows; 3 panel pairs (T·C = 53·6·5: 7·5 class edges + 19 that follow the integrand make 53 panels)
+    monkeypatch.setattr(Q, "_CHUNK_ELEMENTS", 5 * 64 * 5 * 3)
     chunked = Q.log_prob_largest(mean, var)
     torch.testing.assert_close(chunked, whole, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(Q.prob_label_largest(y, mean, var), whole_label, rtol=1e-13, atol=1e-15)
-    assert len(sizes) > 3 and max(sizes) == 4
+    assert len(sizes) > 3 and max(sizes) == 3
 
 
 @pytest.mark.parametrize("means", [[0.0, 0.0, 0.0], [0.3, 0.0, 0.0]])
@@ -245,3 +246,68 @@ def test_panel_gradients_where_panel_edges_coincide(means):
             e[0, j] = h
             assert abs(gm[0, j] - (fn(mean + e, var) - fn(mean - e, var)).sum() / (2 * h)) < 1e-6
             assert abs(gv[0, j] - (fn(mean, var + e) - fn(mean, var - e)).sum() / (2 * h)) < 1e-6
+
+
+def test_ndtr_is_accurate_in_the_lower_tail():
+    # torch.special.ndtr (torch 2.13, CPU) gives 6.106e-16 for Φ(−8) and 0 from −10 on; the robust-max
+    # objectives' linear-space P uses this one
+    x = torch.tensor([3.0, 0.0, -5.0, -8.0, -10.0, -20.0, -37.0])
+    torch.testing.assert_close(Q.ndtr(x), torch.special.log_ndtr(x).exp(), rtol=1e-13, atol=0)
+
+
+_TAIL_GAPS = [-10.0, -15.0, -20.0, -25.0, -30.0, -40.0, -100.0]
+
+
+@pytest.mark.parametrize("v1", [1.0, 0.3, 0.05, 3.0, 1e-4, 10.0])
+def test_largest_far_in_the_tail_matches_the_two_class_closed_form(v1):
+    # P(f_0 > f_1) = Φ((m_0 − m_1)/√(v_0 + v_1)). Far in class 0's tail the integrand's mass lies beyond
+    # nodes placed at class 0's scale: two unit-variance classes 20 sd apart gave −103.72 for −103.57, and
+    # 40 sd apart −503.5 for −404.3; beside a competitor of variance 1e-4, 6.5 sd up, −24.27 for −23.94
+    gaps = torch.tensor(_TAIL_GAPS + [-6.5, -2.0, 0.0, 3.0])
+    mean = torch.stack([torch.zeros_like(gaps), -gaps], 1)
+    var = torch.tensor([1.0, v1]).expand_as(mean).clone().requires_grad_()
+    m = mean.clone().requires_grad_()
+    exact = torch.special.log_ndtr((m[:, 0] - m[:, 1]) / var.sum(-1).sqrt())
+    y = torch.zeros(len(gaps), dtype=torch.long)
+    got = Q.log_prob_label_largest(y, m, var)
+    tail = exact.detach() < -20.0
+    assert int(tail.sum()) >= 3
+    torch.testing.assert_close(got[tail], exact[tail], rtol=1e-9, atol=0)
+    torch.testing.assert_close(got, exact, rtol=1e-6, atol=1e-8)
+    both = Q.log_prob_largest(m.detach(), var.detach())
+    torch.testing.assert_close(both[:, 0], exact.detach(), rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(both[:, 1], torch.special.log_ndtr(-(m[:, 0] - m[:, 1]) / var.sum(-1).sqrt()).detach(),
+                               rtol=1e-6, atol=1e-8)
+    # the linear-space P, relative, wherever it is a normal number
+    normal = exact.detach() > -700.0
+    torch.testing.assert_close(Q.prob_label_largest(y, m.detach(), var.detach())[normal].log(),
+                               exact.detach()[normal], rtol=1e-6, atol=1e-8)
+    # gradients of log P in the tail: those of the closed form
+    g_got = torch.autograd.grad(got[tail].sum(), (m, var))
+    g_exact = torch.autograd.grad(exact[tail].sum(), (m, var))
+    for a, b in zip(g_got, g_exact):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)
+
+
+def _brute_log_largest(m, v, c, n=2_000_001):
+    """log ∫ N(t | m_c, v_c) Π_{k≠c} Φ((t − m_k)/√v_k) dt on a uniform grid of n points (trapezoid, in log space)."""
+    s = np.sqrt(v)
+    t = np.linspace(m.min() - 12 * s.max(), m.max() + 12 * s.max(), n)
+    log_g = norm.logpdf(t, m[c], s[c]) + sum(norm.logcdf((t - m[k]) / s[k]) for k in range(len(m)) if k != c)
+    top = log_g.max()
+    return top + np.log(np.trapezoid(np.exp(log_g - top), t))
+
+
+@pytest.mark.parametrize("m, v", [
+    ([0.0, 15.0, 18.0, -2.0], [1.0, 0.5, 2.0, 1.0]),          # class 0 deep below two competitors
+    ([0.0, 6.5, -3.0, 1.0], [1.0, 1e-4, 0.3, 4.0]),            # a competitor 100× sharper, 6.5 sd up
+    ([-30.0, 0.0, 1.0, 2.0], [0.05, 1.0, 0.3, 0.7]),           # a narrow class 30 below the rest
+])
+def test_largest_in_the_tail_against_brute_force_with_four_classes(m, v):
+    mean, var = torch.tensor([m]), torch.tensor([v])
+    got = Q.log_prob_largest(mean, var)[0].numpy()
+    ref = np.array([_brute_log_largest(np.array(m), np.array(v), c) for c in range(4)])
+    tail = ref < -20.0
+    assert tail.sum() >= 1
+    np.testing.assert_allclose(got[tail], ref[tail], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)   # the rest: 32 Gauss–Hermite nodes' accuracy

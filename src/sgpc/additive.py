@@ -142,7 +142,7 @@ class BinaryAdditiveGaussian(Likelihood):
         # eq. (8): Φ log(1 − δ) + (1 − Φ) log δ with Φ = Φ(s μ/√(a + ν))
         log_hit, log_miss = _log_hit_miss(self.raw_flip, self.n_classes)
         s = (2 * y - 1).to(mean.dtype)
-        P = torch.special.ndtr(self._z(s * mean[:, 0], var[:, 0]))
+        P = quadrature.ndtr(self._z(s * mean[:, 0], var[:, 0]))
         return P * log_hit + (1.0 - P) * log_miss
 
     def log_tilted(self, y, mean, var, alpha=1.0):

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.special import log_ndtr
 
-__all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "log_prob_largest",
+__all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "log_prob_largest", "ndtr",
            "log_prob_label_largest", "prob_label_largest"]
 
 
@@ -155,32 +155,107 @@ def _log_normal(t: torch.Tensor, mean: torch.Tensor, sd: torch.Tensor) -> torch.
     return -0.5 * ((t - mean) / sd) ** 2 - sd.log() - 0.5 * math.log(2.0 * math.pi)
 
 
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def ndtr(x: torch.Tensor) -> torch.Tensor:
+    """Φ(x) = erfc(−x/√2)/2, accurate in the lower tail down to ~1e-308. ``torch.special.ndtr`` is not
+    (torch 2.13, CPU): 6.106e-16 for Φ(−8) = 6.221e-16, and 0 from x = −10 on (Φ(−10) = 7.6e-24)."""
+    return 0.5 * torch.special.erfc(x * -_SQRT_HALF)
+
+# Where P(f_c largest) is below e^_TAIL_LOG_P, the integrand's mass lies far out in class c's tail: beyond
+# the reach of nodes placed at class c's own scale (32 Gauss–Hermite nodes end at 7.1 sd, the panels' outer
+# edges at 6 sd). For two unit-variance classes 20 sd apart they gave −103.72 for the exact −103.57, 40 sd
+# apart −503.5 for −404.3. Such pairs go to the panels, whose edges follow the integrand itself too.
+_TAIL_LOG_P = -20.0
+_MODE_STEPS = 30
+# the panels reach as far as the integrand's density can be e^-_CUT of its peak's (g ≤ N(t | m_c, v_c)
+# bounds where that is), with edges at these fractions of the way from the mode to either end
+_CUT = 40.0
+_FAN = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0)
+
+
+@torch.no_grad()
+def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Panel edges [H,E] that follow the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of
+    P(f_c largest) itself, for rows mean/s [H,C] and classes c [H]: around its mode t*, at t* + a·σ*
+    (a in ``_PANEL_EDGES``, σ* = (−(log g)''(t*))^(−1/2)), and fanned out from t* to where g ≤ g(t*)·e^−_CUT
+    must hold on either side. That is |t − m_c| ≥ R, where N(t | m_c, s_c²) = g(t*)·e^−_CUT, since g ≤ N.
+
+    The mode by Newton, with u_k = (t − m_k)/s_k and the inverse Mills ratio λ_k = φ(u_k)/Φ(u_k):
+        (log g)'  = −(t − m_c)/s_c² + Σ_k λ_k / s_k,
+        (log g)'' = −1/s_c² − Σ_k λ_k (u_k + λ_k) / s_k².
+    g is log-concave. Newton starts at t = m_c, where (log g)' ≥ 0, and each λ_k(u_k + λ_k) only falls as t
+    grows, so |(log g)''| at an iterate bounds it on the way to the mode. Each step is at most the distance
+    to the mode, and the iterates rise to it monotonically.
+
+    The fan matters where g is far from Gaussian: beside a competitor much sharper than class c, g rises
+    steeply at the competitor's mean and then decays at class c's own, much slower, rate (at s_k = 0.01 s_c,
+    6.5 s_c above m_c, a quarter of the mass lay beyond the edges t* + 6σ*).
+    """
+    C = mean.shape[1]
+    others = c[:, None] != torch.arange(C, device=mean.device)
+    m_c, s_c = mean.gather(1, c[:, None])[:, 0], s.gather(1, c[:, None])[:, 0]
+    half_log_2pi = 0.5 * math.log(2.0 * math.pi)
+
+    def log_g_and_derivatives(t):
+        u = (t[:, None] - mean) / s
+        log_cdf = log_ndtr(u) * others
+        lam = torch.exp(-0.5 * u * u - half_log_2pi - log_cdf) * others
+        log_g = -0.5 * ((t - m_c) / s_c) ** 2 - s_c.log() - half_log_2pi + log_cdf.sum(-1)
+        d1 = -(t - m_c) / s_c ** 2 + (lam / s).sum(-1)
+        # λ(u + λ) lies in (0, 1); far in a tail (u ~ −1e6) λ comes from a difference of two numbers ~u²/2,
+        # and the clamp keeps its rounding from turning the curvature's sign
+        d2 = -1.0 / s_c ** 2 - ((lam * (u + lam)).clamp(0.0, 1.0) / s ** 2).sum(-1)
+        return log_g, d1, d2
+
+    t = m_c.clone()
+    for _ in range(_MODE_STEPS):
+        _, d1, d2 = log_g_and_derivatives(t)
+        step = t - d1 / d2
+        t = torch.where(torch.isfinite(step), step, t)
+    log_g, _, d2 = log_g_and_derivatives(t)
+    width = (-d2).rsqrt()
+    reach = s_c * (2.0 * (-s_c.log() - half_log_2pi - log_g + _CUT).clamp_min(0.0)).sqrt()
+    a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
+    f = torch.as_tensor(_FAN, dtype=mean.dtype, device=mean.device)
+    edges = torch.cat([t[:, None] + width[:, None] * a,
+                       t[:, None] + f * (m_c + reach - t).clamp_min(0.0)[:, None],
+                       t[:, None] - f * (t - m_c + reach).clamp_min(0.0)[:, None]], 1)
+    # a class of zero variance (s at the smallest normal number) overflows u²: its P is 0 or 1 anyway, and
+    # the class-based edges alone do; edges that did not come out finite fall back to m_c
+    return torch.where(torch.isfinite(edges), edges, m_c[:, None])
+
+
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, linear: bool = False
                         ) -> torch.Tensor:
     """log P(f_c largest) for rows mean/var [H,C] and classes c [H], by composite Gauss–Legendre in t;
     with ``linear``, P itself from Φ and a product (as ``prob_label_largest``: ~10× cheaper, P < ~1e-308
     underflows to 0).
 
-    Its [H,T,C] array has T ≈ 42·C nodes per row: rows go in chunks of at most ``_CHUNK_ELEMENTS``.
+    Its [H,T,C] array has T ≈ (7·C + 19)·6 nodes per row: rows go in chunks of at most ``_CHUNK_ELEMENTS``.
 
-    The panels' edges are the union over all classes k of m_k + a·√v_k (a in ``_PANEL_EDGES``), so every
-    factor — N(t | m_c, v_c) and each Φ((t − m_k)/√v_k) — is smooth within every panel whatever the
-    ratio of the variances. Beyond the outermost edges N(t | m_c, v_c) holds 2e-9 of its mass.
+    The panels' edges are the union of m_k + a·√v_k over all classes k (a in ``_PANEL_EDGES``) and of edges
+    that follow the integrand itself (``_integrand_edges``: around its mode, and out to where its density
+    has fallen by e^-40). So every factor — N(t | m_c, v_c) and each Φ((t − m_k)/√v_k) — is smooth within
+    every panel whatever the ratio of the variances, and the integrand's peak is resolved however far into
+    class c's tail it lies.
     """
     tiny = torch.finfo(mean.dtype).tiny
     H, C = mean.shape
-    rows = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * C - 1) * _PANEL_NODES * C))
+    rows = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * (C + 1) + 2 * len(_FAN) - 1) * _PANEL_NODES * C))
     if H > rows:
         return torch.cat([_log_largest_panels(mean[a:a + rows], var[a:a + rows], c[a:a + rows], linear)
                           for a in range(0, H, rows)])
     s = var.clamp_min(tiny).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
-    t, half, w = _panel_nodes((mean[:, :, None] + s[:, :, None] * a).reshape(H, -1).sort(-1).values)  # [H,T]
+    edges = torch.cat([(mean[:, :, None] + s[:, :, None] * a).reshape(H, -1), _integrand_edges(mean, s, c)], 1)
+    t, half, w = _panel_nodes(edges.sort(-1).values)                               # [H,T]
     log_density = _log_normal(t, mean.gather(1, c[:, None]), s.gather(1, c[:, None]))
     u = (t[..., None] - mean[:, None, :]) / s[:, None, :]                           # [H,T,C]
     is_self = (c[:, None] == torch.arange(C, device=mean.device))[:, None, :]
     if linear:
-        g = log_density.exp() * torch.special.ndtr(u).masked_fill(is_self, 1.0).prod(-1)        # [H,T]
+        g = log_density.exp() * ndtr(u).masked_fill(is_self, 1.0).prod(-1)                        # [H,T]
         return ((g.reshape(*half.shape, -1) @ w) * half).sum(-1)
     return _panel_log_sum(log_density + log_ndtr(u).masked_fill(is_self, 0.0).sum(-1), half, w)
 
@@ -224,7 +299,8 @@ _CHUNK_ELEMENTS = 1 << 20
 def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int,
                  panel_ratio: float = PANEL_RATIO_LABEL) -> torch.Tensor:
     """log P(f_c largest) for class indices cls [N,K] -> [N,K]: Gauss–Hermite at the class's scale, and
-    composite panels (``_log_largest_panels``) for pairs whose variance ratio makes that inaccurate."""
+    composite panels (``_log_largest_panels``) for pairs whose variance ratio makes that inaccurate or whose
+    P is below e^_TAIL_LOG_P (the integrand's mass beyond the nodes' reach)."""
     (N, C), K = mean.shape, cls.shape[1]
     rows = max(1, _CHUNK_ELEMENTS // (K * n_points * C))
     if N > rows:
@@ -233,7 +309,7 @@ def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_poi
     u, is_self, w = _standardised(mean, var, cls, n_points)
     lphi = log_ndtr(u).masked_fill(is_self, 0.0)
     out = torch.logsumexp(w.log() + lphi.sum(-1), dim=-1)
-    hard = _hard(var, cls, panel_ratio)
+    hard = _hard(var, cls, panel_ratio) | (out.detach() < _TAIL_LOG_P)
     if bool(hard.any()):
         rows, ks = hard.nonzero(as_tuple=True)
         out = out.index_put((rows, ks), _log_largest_panels(mean[rows], var[rows], cls[rows, ks]))
@@ -281,7 +357,7 @@ class _LabelLargest(torch.autograd.Function):
         u, is_self = u[:, 0], is_self[:, 0]                                              # [N,J,C], [N,1,C]
         z = gauss_hermite(n_points, mean.dtype, mean.device)[0]
         inv_s = var.clamp_min(tiny).rsqrt()                                               # [N,C]
-        cdf = torch.special.ndtr(u).masked_fill_(is_self, 1.0).clamp_min_(tiny)
+        cdf = ndtr(u).masked_fill_(is_self, 1.0).clamp_min_(tiny)
         prod = cdf.prod(-1)                                                               # [N,J]
         ctx.save_for_backward(u, cdf, prod, is_self, inv_s, var, z, w)
         return prod @ w
@@ -314,7 +390,7 @@ def prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, n
     """
     cls = y.long()[:, None]
     out = _LabelLargest.apply(mean, var, cls[:, 0], n_points)
-    hard = _hard(var, cls, PANEL_RATIO_LABEL)[:, 0]
+    hard = _hard(var, cls, PANEL_RATIO_LABEL)[:, 0] | (out.detach() < math.exp(_TAIL_LOG_P))
     if bool(hard.any()):
         rows = hard.nonzero(as_tuple=True)[0]
         out = out.index_put((rows,), _log_largest_panels(mean[rows], var[rows], cls[rows, 0], linear=True))
