@@ -212,8 +212,11 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
     t = m_c.clone()
     for _ in range(_MODE_STEPS):
         _, d1, d2 = log_g_and_derivatives(t)
-        step = t - d1 / d2
-        t = torch.where(torch.isfinite(step), step, t)
+        step = -d1 / d2
+        step = torch.where(torch.isfinite(step), step, torch.zeros_like(step))
+        t = t + step
+        if not bool((step.abs() > 1e-6 * (-d2).rsqrt()).any()):     # converged to well inside a node spacing
+            break
     log_g, _, d2 = log_g_and_derivatives(t)
     width = (-d2).rsqrt()
     reach = s_c * (2.0 * (-s_c.log() - half_log_2pi - log_g + _CUT).clamp_min(0.0)).sqrt()
