@@ -346,6 +346,31 @@ def test_a_capped_site_step_lowers_the_precision_of_q_by_at_most_the_margin(alph
     assert n == 0 and torch.equal(rho_small, torch.full((3,), 1e-6))
 
 
+def test_an_uncapped_damping_factorises_once_per_cone_and_not_p0_when_known(monkeypatch):
+    # PD at 0 and at ρ/margin implies PD at ρ (the cone is convex): the common, uncapped step needs one
+    # Cholesky per cone beyond P0's own check, and none for P0 when the caller has just checked it (SEP's
+    # restore). ρ is the same either way.
+    import sgpc.ep
+    g = torch.Generator().manual_seed(6)
+    A = torch.randn(2, 4, 4, generator=g)
+    P0 = A @ A.mT + torch.eye(4)
+    dP = 0.01 * torch.randn(2, 4, 4, generator=g)
+    dP = dP + dP.mT
+    calls = []
+    real = sgpc.ep._is_pd
+    monkeypatch.setattr(sgpc.ep, "_is_pd", lambda P: calls.append(1) or real(P))
+    rho = torch.full((2,), 0.3)
+    out, n = sgpc.ep.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)])
+    assert n == 0 and torch.equal(out, rho) and len(calls) == 4          # 2 checks of P0, 2 at ρ/margin
+    calls.clear()
+    out, n = sgpc.ep.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)], known_pd=True)
+    assert n == 0 and torch.equal(out, rho) and len(calls) == 2
+    # a step past the edge is still capped, known_pd or not
+    calls.clear()
+    capped, n = sgpc.ep.pd_damping(rho, [(P0, -100.0 * torch.eye(4).expand(2, 4, 4))], known_pd=True)
+    assert n == 1 and (capped < rho).all()
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("seed", [2, 4])
 def test_power_ep_at_small_alpha_does_not_run_away_on_mnist(seed):

@@ -71,7 +71,7 @@ class Communicator:
             inc = engine.increment(model, state, X, y, Lk)
             for t in (inc.Lam, inc.h, inc.n_b, inc.counts):
                 self.all_reduce(t)
-            return engine.apply(model, state, inc, Lk)
+            return engine.apply(model, state, inc, Lk, restored=True)
         new = engine.update(model, state, X, y, n_total, idx)
         if new is not state:
             raise ValueError(f"{type(engine).__name__} keeps per-point state updated in closed form; data-parallel "

@@ -168,16 +168,22 @@ PD_MARGIN = 0.5
 PD_MARGIN_POWER = 0.1
 
 
-def pd_damping(rho: torch.Tensor, cones: list, margin: float = PD_MARGIN) -> tuple[torch.Tensor | None, int]:
+def pd_damping(rho: torch.Tensor, cones: list, margin: float = PD_MARGIN, known_pd: bool = False
+               ) -> tuple[torch.Tensor | None, int]:
     """Damping per latent function [L] for a step θ(ρ) whose precisions are P0 + ρ ΔP for each (P0, ΔP) in
     ``cones`` (q, and for SEP the cavity): ρ capped at ``margin`` × ``pd_step_limit`` — checked with one
     Cholesky at ρ/margin in the common case — then halved up to 6 times should rounding still break
-    definiteness. Returns (ρ, number of re-dampings), ρ None when no damping keeps every P proper."""
+    definiteness. ``known_pd``: the caller has just checked every P0 (SEP's ``restore``), so it is not
+    factorised again. Returns (ρ, number of re-dampings), ρ None when no damping keeps every P proper."""
     def proper(r):
         return all(_is_pd(P0 + r[:, None, None] * dP) for P0, dP in cones)
 
     redamped = 0
-    if all(_is_pd(P0) for P0, _ in cones) and not proper(rho / margin):
+    if known_pd or all(_is_pd(P0) for P0, _ in cones):
+        if proper(rho / margin):
+            # P(0) and P(ρ/margin) are PD, and P(ρ) lies between them on a line (margin ≤ 1): the PD cone is
+            # convex, so P(ρ) is PD too, with no Cholesky of its own
+            return rho, redamped
         limit = torch.stack([pd_step_limit(P0, P0 + dP) for P0, dP in cones]).amin(0)
         rho = torch.minimum(rho, margin * limit)
         redamped += 1

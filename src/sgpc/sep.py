@@ -149,7 +149,7 @@ class SEP:
         """One parallel damped SEP update over the minibatch: ``apply(increment(...))``."""
         Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
         state = self.restore(model, state, Lk)
-        return self.apply(model, state, self.increment(model, state, X, y, Lk), Lk)
+        return self.apply(model, state, self.increment(model, state, X, y, Lk), Lk, restored=True)
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: SEPState, Lk: torch.Tensor | None = None) -> SEPState:
@@ -191,8 +191,11 @@ class SEP:
                             n_b=per_latent(used, fac.latent, L).sum(1), counts=counts)
 
     @torch.no_grad()
-    def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None) -> SEPState:
-        """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD."""
+    def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None,
+              restored: bool = False) -> SEPState:
+        """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD.
+        ``restored``: ``state`` comes from ``restore`` with this ``Lk``, which has checked that q and the
+        cavity are proper, so the damping does not check them again."""
         cav_Lk = model.chol_Kuu() if Lk is None else Lk
         skipped, n_factors = int(inc.counts[0]), int(inc.counts[1])
         passes = float(inc.counts[2] / state.counts.sum())                # |B|/N: the damping clock
@@ -208,7 +211,7 @@ class SEP:
         # the step is affine in ρ for q and for the cavity (which keeps a fraction `keep` of the tied site)
         eye = torch.eye(P0.shape[-1], dtype=P0.dtype, device=P0.device)
         Pc0 = eye + keep * (P0 - eye)
-        rho, redamped = pd_damping(rho, [(P0, dP), (Pc0, keep * dP)])
+        rho, redamped = pd_damping(rho, [(P0, dP), (Pc0, keep * dP)], known_pd=restored)
         if rho is None:
             return replace(state, step=state.step + passes, skipped=state.skipped + n_factors,
                            redamped=state.redamped + redamped)
