@@ -528,7 +528,9 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     n_steps = settings.n_steps(N)
     params = engine.trainable(model, state)
     if settings.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=settings.learning_rate)
+        # foreach: one multi-tensor operator per stage of the update instead of one per parameter (on the
+        # CPU torch's default is the loop); the same arithmetic — bitwise-equal parameters after 150 VI steps
+        opt = torch.optim.Adam(params, lr=settings.learning_rate, foreach=True)
     elif settings.optimizer == "adaptive":
         opt = SignAdaptive(params, lr=settings.learning_rate)
     else:
