@@ -163,6 +163,7 @@ def ndtr(x: torch.Tensor) -> torch.Tensor:
     (torch 2.13, CPU): 6.106e-16 for Φ(−8) = 6.221e-16, and 0 from x = −10 on (Φ(−10) = 7.6e-24)."""
     return 0.5 * torch.special.erfc(x * -_SQRT_HALF)
 
+
 # Where P(f_c largest) is below e^_TAIL_LOG_P, the integrand's mass lies far out in class c's tail: beyond
 # the reach of nodes placed at class c's own scale (32 Gauss–Hermite nodes end at 7.1 sd, the panels' outer
 # edges at 6 sd). For two unit-variance classes 20 sd apart they gave −103.72 for the exact −103.57, 40 sd
