@@ -298,21 +298,9 @@ class _CleanRow:
     def __init__(self, m: np.ndarray, s: np.ndarray, y: int):
         others = np.arange(m.shape[0]) != y
         self.my, self.sy, self.mk, self.sk = float(m[y]), float(s[y]), m[others], s[others]
-        lo, hi = self.my, self.my + self.sy                      # ℓ'(m_y) > 0: the mode lies above m_y
-        while self.slope(hi)[0] > 0.0:
-            lo, hi = hi, self.my + 2.0 * (hi - self.my)
-        t = 0.5 * (lo + hi)
-        for _ in range(200):                   # Newton on ℓ' (decreasing), kept inside the bracket [lo, hi]
-            d1, d2 = self.slope(t)
-            step = -d1 / d2
-            if abs(step) <= 1e-12 * (abs(t) + self.sy):
-                t += step
-                break
-            if d1 > 0.0:
-                lo = t
-            else:
-                hi = t
-            t = t + step if lo < t + step < hi else 0.5 * (lo + hi)
+        mode, _, _ = quadrature.label_integrand_mode(torch.from_numpy(m[None]), torch.from_numpy(s[None]),
+                                                     torch.tensor([y]), tol=1e-12)
+        t = float(mode[0])
         self.mode = t
         self.top = self.log_density(np.array([t]))[0]
         step = 1.0 / math.sqrt(-self.slope(t)[1])            # the curvature's scale at the mode

@@ -177,22 +177,18 @@ _FAN = (0.1, 0.2, 0.35, 0.5, 0.7, 1.0)
 
 
 @torch.no_grad()
-def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Panel edges [H,E] that follow the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of
-    P(f_c largest) itself, for rows mean/s [H,C] and classes c [H]: around its mode t*, at t* + a·σ*
-    (a in ``_PANEL_EDGES``, σ* = (−(log g)''(t*))^(−1/2)), and fanned out from t* to where g ≤ g(t*)·e^−_CUT
-    must hold on either side. That is |t − m_c| ≥ R, where N(t | m_c, s_c²) = g(t*)·e^−_CUT, since g ≤ N.
+def label_integrand_mode(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor, tol: float = 1e-6
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mode t* of the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of P(f_c largest), for
+    rows mean/s (standard deviations) [H,C] and classes c [H]: (t*, σ* = (−(log g)''(t*))^(−1/2), log g(t*)),
+    each [H]. Newton stops once every step is below ``tol``·σ* (30 steps at most).
 
-    The mode by Newton, with u_k = (t − m_k)/s_k and the inverse Mills ratio λ_k = φ(u_k)/Φ(u_k):
+    With u_k = (t − m_k)/s_k and the inverse Mills ratio λ_k = φ(u_k)/Φ(u_k):
         (log g)'  = −(t − m_c)/s_c² + Σ_k λ_k / s_k,
         (log g)'' = −1/s_c² − Σ_k λ_k (u_k + λ_k) / s_k².
     g is log-concave. Newton starts at t = m_c, where (log g)' ≥ 0, and each λ_k(u_k + λ_k) only falls as t
     grows, so |(log g)''| at an iterate bounds it on the way to the mode. Each step is at most the distance
     to the mode, and the iterates rise to it monotonically.
-
-    The fan matters where g is far from Gaussian: beside a competitor much sharper than class c, g rises
-    steeply at the competitor's mean and then decays at class c's own, much slower, rate (at s_k = 0.01 s_c,
-    6.5 s_c above m_c, a quarter of the mass lay beyond the edges t* + 6σ*).
     """
     C = mean.shape[1]
     others = c[:, None] != torch.arange(C, device=mean.device)
@@ -216,11 +212,26 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
         step = -d1 / d2
         step = torch.where(torch.isfinite(step), step, torch.zeros_like(step))
         t = t + step
-        if not bool((step.abs() > 1e-6 * (-d2).rsqrt()).any()):     # converged to well inside a node spacing
+        if not bool((step.abs() > tol * (-d2).rsqrt()).any()):
             break
     log_g, _, d2 = log_g_and_derivatives(t)
-    width = (-d2).rsqrt()
-    reach = s_c * (2.0 * (-s_c.log() - half_log_2pi - log_g + _CUT).clamp_min(0.0)).sqrt()
+    return t, (-d2).rsqrt(), log_g
+
+
+@torch.no_grad()
+def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Panel edges [H,E] that follow the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of
+    P(f_c largest) itself, for rows mean/s [H,C] and classes c [H]: around its mode t*, at t* + a·σ*
+    (a in ``_PANEL_EDGES``; ``label_integrand_mode``), and fanned out from t* to where g ≤ g(t*)·e^−_CUT
+    must hold on either side. That is |t − m_c| ≥ R, where N(t | m_c, s_c²) = g(t*)·e^−_CUT, since g ≤ N.
+
+    The fan matters where g is far from Gaussian: beside a competitor much sharper than class c, g rises
+    steeply at the competitor's mean and then decays at class c's own, much slower, rate (at s_k = 0.01 s_c,
+    6.5 s_c above m_c, a quarter of the mass lay beyond the edges t* + 6σ*).
+    """
+    t, width, log_g = label_integrand_mode(mean, s, c)
+    m_c, s_c = mean.gather(1, c[:, None])[:, 0], s.gather(1, c[:, None])[:, 0]
+    reach = s_c * (2.0 * (-s_c.log() - 0.5 * math.log(2.0 * math.pi) - log_g + _CUT).clamp_min(0.0)).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
     f = torch.as_tensor(_FAN, dtype=mean.dtype, device=mean.device)
     edges = torch.cat([t[:, None] + width[:, None] * a,
