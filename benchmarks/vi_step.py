@@ -1,7 +1,7 @@
 """Milliseconds per VI training step (minibatch, Adam) at a peer-benchmark shape, in this process.
 
 The step of ``peers_throughput.py`` without the peers or the wall-clock budget: k-means inducing inputs,
-ℓ = √D, Adam 0.01, random minibatches; 20 warm-up steps, then the median of --repeats timings of
+ℓ = √D, Adam 0.01 (--adam: fused as in ``train.fit``), random minibatches; 20 warm-up steps, then the median of --repeats timings of
 --steps steps each. Used to compare two versions of the library on one machine, one after the other with
 nothing else running: the script imports the sgpc of the tree it sits in (peers_throughput puts that
 tree's src/ first on sys.path), so for an older version copy it into a worktree of that commit:
@@ -52,6 +52,7 @@ def count_ops(loss, opt, X, y, b: int, g: torch.Generator) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="satimage")
+    ap.add_argument("--method", default="vi", help="any minibatch method: vi, sep, apep, arpep, rpapep")
     ap.add_argument("--m", type=int, default=100)
     ap.add_argument("--b", type=int, default=200)
     ap.add_argument("--shared", action="store_true", help="one kernel and one Z for all classes (GPflow's model)")
@@ -60,13 +61,16 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="torch.compile the loss (its compilation is timed apart)")
     ap.add_argument("--count-ops", action="store_true",
                     help="also count the operators dispatched by one step's forward pass, backward pass and Adam")
+    ap.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"],
+                    help="Adam's implementation: fused is the library's since 2026-11-26 (foreach before, loop: torch's "
+                         "CPU default, which the peers use)")
     ap.add_argument("--name", default="vi_step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     import sgpc
     from sgpc.estimator import GPClassifier
     X, y, _, _, C = _data(args.set)
-    est = GPClassifier(method="vi", n_inducing=args.m, batch_size=args.b,
+    est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=args.b,
                        shared_inducing=args.shared, shared_kernel=args.shared)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
@@ -74,7 +78,8 @@ def main() -> None:
     Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
     g = torch.Generator().manual_seed(0)
     state = engine.init(model, Xt, yt, g)
-    opt = torch.optim.Adam(engine.trainable(model, state), lr=0.01)
+    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[args.adam]
+    opt = torch.optim.Adam(engine.trainable(model, state), lr=0.01, **impl)
     N = len(X)
     loss = lambda xb, yb: engine.loss(model, state, xb, yb, N)
     if args.compile:
@@ -82,6 +87,8 @@ def main() -> None:
 
     def step():
         idx = torch.randint(0, N, (args.b,), generator=g)
+        nonlocal state
+        state = engine.update(model, state, Xt[idx], yt[idx], N, None)     # sep/apep: the site step (vi: none)
         opt.zero_grad()
         loss(Xt[idx], yt[idx]).backward()
         opt.step()
@@ -102,7 +109,7 @@ def main() -> None:
     if args.count_ops:
         out["ops_per_step"] = count_ops(loss, opt, Xt, yt, args.b, g)
         print("operators dispatched per step:", out["ops_per_step"])
-    print(f"{args.set} M={args.m} B={args.b} shared={args.shared}: {out['ms_per_step_median']:.2f} ms/step "
+    print(f"{args.method} {args.set} M={args.m} B={args.b} shared={args.shared}: {out['ms_per_step_median']:.2f} ms/step "
           f"({sgpc.__file__})")
     write(args.name, out)
 

@@ -192,3 +192,25 @@ def test_k_from_differences_with_one_length_scale_for_every_feature(shared_input
         Kxx = kernel(X, X)
         ref = torch.exp(-0.5 * ((X[..., :, None, :] - X[..., None, :, :]) ** 2).sum(-1) / ls ** 2)
         torch.testing.assert_close(Kxx, ref.expand_as(Kxx), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("a3,b3,same", [(0, 0, 0), (0, 0, 1), (1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1)])
+@pytest.mark.parametrize("n_sets", [1, 3])
+@pytest.mark.parametrize("ard", [True, False])
+def test_hand_written_squared_distance_gradient(a3, b3, same, n_sets, ard):
+    # _CentredSqDist's backward is written out (kernels.py docstring); against the differences themselves and
+    # finite differences, for every input layout the kernels pass: 2-D or per-latent inputs, one or L
+    # length-scale sets, ARD or one length-scale, and A is B (K_uu, whose two arguments share the gradient)
+    g = torch.Generator().manual_seed(3)
+    Lat, N, M, Dm = 3, 5, 4, 6
+    A = torch.randn(*((Lat, N, Dm) if a3 else (N, Dm)), generator=g).requires_grad_(True)
+    B = A if same else torch.randn(*((Lat, M, Dm) if b3 else (M, Dm)), generator=g).requires_grad_(True)
+    w = (torch.rand(n_sets, Dm if ard else 1, generator=g) + 0.5).requires_grad_(True)
+    A3, B3 = (A if A.ndim == 3 else A[None]), (B if B.ndim == 3 else B[None])
+    ref = ((A3[..., :, None, :] - B3[..., None, :, :]) ** 2 * w[:, None, None, :]).sum(-1)
+    out = K._CentredSqDist.apply(A, B, w, bool(same))
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    if same:
+        assert torch.autograd.gradcheck(lambda a, v: K._CentredSqDist.apply(a, a, v, True), (A, w))
+    else:
+        assert torch.autograd.gradcheck(lambda a, b, v: K._CentredSqDist.apply(a, b, v, False), (A, B, w))

@@ -65,13 +65,11 @@ class Communicator:
     def update(self, engine, model, state, X, y, n_total: int, idx):
         """The engine's closed-form step over the global minibatch, from this rank's shard."""
         if hasattr(engine, "increment"):          # SEP: sum the shard increments, then one step
-            with torch.no_grad():
-                Lk = model.chol_Kuu()
-            state = engine.restore(model, state, Lk)    # every rank holds the same state: the same repair
-            inc = engine.increment(model, state, X, y, Lk)
-            for t in (inc.Lam, inc.h, inc.n_b, inc.counts):
-                self.all_reduce(t)
-            return engine.apply(model, state, inc, Lk, restored=True)
+            # every rank holds the same state, so restores it the same way
+            def reduce(inc):
+                for t in (inc.Lam, inc.h, inc.n_b, inc.counts):
+                    self.all_reduce(t)
+            return engine.update(model, state, X, y, n_total, idx, reduce=reduce)
         new = engine.update(model, state, X, y, n_total, idx)
         if new is not state:
             raise ValueError(f"{type(engine).__name__} keeps per-point state updated in closed form; data-parallel "

@@ -41,7 +41,7 @@ import torch
 from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, wide_dtype
 from .sparse import InducingPosterior, SparseGP
 
-__all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state",
+__all__ = ["Factors", "pairwise_factors", "likelihood_factors", "TiedSites", "QState", "q_state", "q_from_precision",
            "cavity_projection", "site_update", "log_Zq", "g_difference", "directions", "EP", "EPState"]
 
 
@@ -126,14 +126,21 @@ class TiedSites:
 class QState:
     """q(u) and the quantities EP needs, for the current hyper-parameters.
 
-    Lk: chol K_uu [L,M,M]; LP: chol P [L,M,M]; b: L_Kᵀh̃ [L,M]; mean: E_q[u] [L,M]; cov: Cov_q[u] [L,M,M].
+    Lk: chol K_uu [L,M,M]; LP: chol P [L,M,M]; b: L_Kᵀh̃ [L,M]; mean: E_q[u] [L,M]; W = L_K L_P⁻ᵀ [L,M,M], a
+    square root of Cov_q[u] = L_K P⁻¹ L_Kᵀ = WWᵀ (``cov`` forms it).
     """
 
     Lk: torch.Tensor
     LP: torch.Tensor
     b: torch.Tensor
     mean: torch.Tensor
-    cov: torch.Tensor
+    W: torch.Tensor
+
+    @property
+    def cov(self) -> torch.Tensor:
+        """Cov_q[u] [L,M,M] (one product per access)."""
+        cov = self.W @ self.W.mT
+        return 0.5 * (cov + cov.mT)
 
 
 def _is_pd(P: torch.Tensor) -> bool:
@@ -205,13 +212,17 @@ def _whitened_precision(Lk: torch.Tensor, sites: TiedSites) -> tuple[torch.Tenso
 def q_state(model: SparseGP, sites: TiedSites, Lk: torch.Tensor | None = None) -> QState:
     """Reconstruct q(u) = p(u) Π sites (eqs. 25–27). Differentiable w.r.t. the hyper-parameters."""
     Lk = model.chol_Kuu() if Lk is None else Lk
-    P, b = _whitened_precision(Lk, sites)
+    return q_from_precision(Lk, *_whitened_precision(Lk, sites))
+
+
+def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor) -> QState:
+    """q(u) from its whitened precision P = I + L_KᵀΛ̃L_K and linear term b (``q_state`` without forming P)."""
     LP = cholesky(P, jitter=0.0, what="EP posterior precision")
-    Ainv = solve_lower(LP, torch.eye(P.shape[-1], dtype=P.dtype, device=P.device).expand_as(P))  # LP⁻¹
-    Pinv = Ainv.mT @ Ainv
-    mean_w = (Pinv @ b[..., None])[..., 0]
-    cov = Lk @ Pinv @ Lk.mT
-    return QState(Lk=Lk, LP=LP, b=b, mean=(Lk @ mean_w[..., None])[..., 0], cov=0.5 * (cov + cov.mT))
+    # Cov_q[u] = L_K P⁻¹ L_Kᵀ is kept as its square root W = L_K L_P⁻ᵀ: one triangular solve, where P⁻¹ and
+    # the covariance took a solve and three products (what the cavity projections need is W's rows' products)
+    W = solve_lower(LP, Lk.mT).mT
+    mean_w = torch.cholesky_solve(b[..., None], LP)                                  # P⁻¹b [L,M,1]
+    return QState(Lk=Lk, LP=LP, b=b, mean=(Lk @ mean_w)[..., 0], W=W)
 
 
 def directions(model: SparseGP, X: torch.Tensor, Lk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,7 +245,7 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
     """Cavity marginals of v_ilᵀu_l at every factor slot, after removing that factor's site.
 
     Args:
-        q: current q (``mean``/``cov`` may be detached by the caller).
+        q: current q (``mean``/``W`` may be detached by the caller).
         V: current directions [L,B,M]; V_old: directions the sites were stored along [L,B,M].
         c1, c2: the factors' site parameters (already multiplied by α for Power EP) [B,F,T].
         latent: [B,F,T].
@@ -242,13 +253,13 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
         cavity mean [B,F,T], cavity var [B,F,T] (of the projection, without s_i),
         and q's own projection marginals along V_old, mean [B,F,T], var [B,F,T] (for g-differences).
     """
-    SV = V @ q.cov                                                       # [L,B,M]  (S symmetric)
-    SVo = V_old @ q.cov
-    s_cc = (SV * V).sum(-1)                                              # vᵀSv     [L,B]
-    s_co = (SV * V_old).sum(-1)                                          # vᵀSv_o
-    s_oo = (SVo * V_old).sum(-1)
+    R = V @ q.W                                                          # Wᵀv      [L,B,M]  (S = WWᵀ)
+    Ro = R if V_old is V else V_old @ q.W
+    s_cc = (R * R).sum(-1)                                               # vᵀSv     [L,B]
+    s_co = s_cc if V_old is V else (R * Ro).sum(-1)                      # vᵀSv_o
+    s_oo = s_cc if V_old is V else (Ro * Ro).sum(-1)
     m_c = (V * q.mean[:, None, :]).sum(-1)
-    m_o = (V_old * q.mean[:, None, :]).sum(-1)
+    m_o = m_c if V_old is V else (V_old * q.mean[:, None, :]).sum(-1)
     s_cc, s_co, s_oo, m_c, m_o = (_gather(t, latent) for t in (s_cc, s_co, s_oo, m_c, m_o))
     denom = 1.0 - c1 * s_oo
     gamma = c1 / denom
@@ -309,21 +320,26 @@ def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
 
 def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor, V_old: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
-           q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+           q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
+           Pb: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
         sites: θ̃ (held fixed); factors/X/V_old/c1/c2: the minibatch's factors, inputs, stored site
             directions [L,B,M] and site parameters [B,F,T] (for SEP: the tied site's share, see sep.py);
         alpha: the power; scale: N/|B|.
-        Lk, q, Vs: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
-            q = p(u)·θ̃ (detached) and ``directions(model, X, Lk)`` (differentiable).
+        Lk, q, Vs, Pb: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
+            q = p(u)·θ̃ (detached), ``directions(model, X, Lk)`` and ``_whitened_precision(Lk, sites)``
+            (differentiable).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
     """
     Lk = model.chol_Kuu() if Lk is None else Lk
-    global_term = g_difference(Lk, sites).sum()
+    if Pb is None:
+        global_term = g_difference(Lk, sites).sum()
+    else:
+        global_term = g_whitened(cholesky(Pb[0], jitter=0.0, what="EP posterior precision"), Pb[1]).sum()
     if q is None:
         with torch.no_grad():
             q = q_state(model, sites, Lk.detach())

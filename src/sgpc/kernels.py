@@ -21,6 +21,7 @@ import math
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.nn.functional import softplus
 
 from .gaussian import wide_dtype
@@ -45,6 +46,65 @@ def inverse_positive(value: torch.Tensor, floor: float = _FLOOR) -> torch.Tensor
 # K(X, X) of at most this many elements·D is computed from exact differences (``_direct_sqdist``), larger
 # ones by the expansion ‖x‖² + ‖x'‖² − 2x·x' (one matrix product)
 _DIRECT_ELEMENTS = 1 << 22
+
+
+def _scaled_sqnorm(X: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Σ_d w_d x_d² for X [N,D] or [L,N,D] and w [S,D] (ARD) or [S,1]: [S,N] or [L,N]."""
+    XX = X * X
+    if w.shape[-1] != X.shape[-1]:                                                  # one length-scale
+        return XX.sum(-1) * w
+    if X.ndim == 2:
+        return (XX @ w.transpose(0, 1)).transpose(0, 1)
+    return (XX @ w[:, :, None])[..., 0]
+
+
+class _CentredSqDist(torch.autograd.Function):
+    """Σ_d w_d (a_d − b_d)² of centred inputs A [N,D] or [L,N,D], B [M,D] or [L,M,D], with w [S,D] or
+    [S,1]: [S or L, N, M], by the expansion n_A + n_B − 2 (A ⊙ w) Bᵀ, its backward written out.
+
+    Autograd's record of that expression (scale, square, sum, and each one's adjoint) made some 25 passes
+    over a per-latent Z [L,M,D] per step: 38% of an MNIST VI step was element-wise multiplies of that
+    shape. The forward here makes 3 passes over A ⊙ w, and the backward 5, from (G = ∂/∂d², r = G1,
+    s = Gᵀ1, T = GB − r ⊙ A):
+        ∂/∂A = −2 w ⊙ T,   ∂/∂B = −2 w ⊙ (GᵀA − s ⊙ B),   ∂/∂w = Σ_m s_m b_m² − Σ_n a_n ⊙ (T + GB)_n.
+    When A is B (``same``), G + Gᵀ replaces G in T, ∂/∂A takes both arguments' share and ∂/∂w = −Σ_n a_n ⊙ T_n.
+    """
+
+    @staticmethod
+    def forward(ctx, A, B, w, same: bool):
+        Aw = A * w[:, None, :]
+        nA = (Aw * A).sum(-1)                                                       # [S,N]
+        nB = nA if same else _scaled_sqnorm(B, w)                                   # [S,M]
+        d2 = (Aw @ B.transpose(-1, -2)).mul_(-2.0)
+        d2.add_(nA[..., :, None]).add_(nB[..., None, :])
+        ctx.same = same
+        ctx.save_for_backward(A, B, w)
+        return d2
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, G):
+        A, B, w = ctx.saved_tensors
+        w3 = w[:, None, :]
+        if ctx.same:
+            G = G + G.transpose(-1, -2)
+        GB = G @ B                                                                  # [S,N,D]
+        T = torch.addcmul(GB, A, G.sum(-1, keepdim=True), value=-1.0)               # GB − r ⊙ A
+        dA = dB = dw = None
+        if ctx.needs_input_grad[0]:
+            dA = (T * (-2.0 * w3)).sum_to_size(A.shape)
+        if not ctx.same and ctx.needs_input_grad[1]:
+            s = G.sum(-2)[..., :, None]                                             # [S,M,1]
+            U = torch.addcmul(G.transpose(-1, -2) @ A, B, s, value=-1.0)            # GᵀA − s ⊙ B
+            dB = (U * (-2.0 * w3)).sum_to_size(B.shape)
+        if ctx.needs_input_grad[2]:
+            if ctx.same:
+                dw = -(A * T).sum(-2)
+            else:
+                bb = torch.matmul(G.sum(-2)[..., None, :], B * B)[..., 0, :]         # Σ_m s_m b_m²
+                dw = bb - (A * (T + GB)).sum(-2)
+            dw = dw.sum_to_size(w.shape)
+        return dA, dB, dw, None
 
 
 class Kernel(nn.Module):
@@ -128,35 +188,41 @@ class Kernel(nn.Module):
     def scaled_sqnorm(self, X: torch.Tensor) -> torch.Tensor:
         """Σ_d x_d² / ℓ_d², [S,N]."""
         self._check(X)
-        w = self._inv_sq_lengthscale().to(X.dtype)                                  # [S,D] or [S,1]
-        if X.ndim == 2 and w.shape[1] == X.shape[1]:
-            return ((X * X) @ w.transpose(0, 1)).transpose(0, 1)
-        return ((X * X) * w[..., None, :]).sum(-1) if X.ndim == 3 else (X * X).sum(-1)[None, :] * w
+        return _scaled_sqnorm(X, self._inv_sq_lengthscale().to(X.dtype))
 
     def scaled_sqdist(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
         """Σ_d (x_d − x'_d)² / ℓ_d², [S,N,M], clamped at 0 (the expansion can round below).
 
-        By the expansion ‖x‖² + ‖x'‖² − 2x·x' (one matrix product), which cancels where x ≈ x' relative
-        to ‖x‖/ℓ. So both sides are first centred on the mean of X2 (exact for a distance; it removes a
-        common offset: in float32, inputs offset by 1000 gave RBF values off by 0.63), and a float32
-        model expands in float64 (at coincident points float32 left d² ≈ 1e-7·‖x‖²/ℓ², which Matérn-½
-        turns into a kernel off by 0.022 at ℓ = 0.1); the result is cast back (benchmarks/kernel_float32.py).
+        By the expansion ‖x‖² + ‖x'‖² − 2x·x' (one matrix product, ``_CentredSqDist``), which cancels where
+        x ≈ x' relative to ‖x‖/ℓ. So both sides are first centred on the mean of X2 (exact for a distance;
+        it removes a common offset: in float32, inputs offset by 1000 gave RBF values off by 0.63), and a
+        float32 model expands in float64 (at coincident points float32 left d² ≈ 1e-7·‖x‖²/ℓ², which
+        Matérn-½ turns into a kernel off by 0.022 at ℓ = 0.1); the result is cast back
+        (benchmarks/kernel_float32.py).
         """
+        self._check(X1)
+        self._check(X2)
         if X1 is X2 and X1.shape[-2] ** 2 * X1.shape[-1] <= _DIRECT_ELEMENTS and self._expansion_rounds(X1):
             return self._direct_sqdist(X1)
         dtype, wide = X1.dtype, wide_dtype(X1)
-        centre = X2.detach().mean(-2, keepdim=True)
         same = X1 is X2
-        X1 = X1 - centre
-        X2 = X1 if same else X2 - centre
-        n1 = self.scaled_sqnorm(X1)
-        n2 = n1 if same else self.scaled_sqnorm(X2)
-        if wide != dtype and self._narrow_rounds(n1, n2):
-            X1 = X1.to(wide)
-            X2 = X1 if same else X2.to(wide)
-            n1 = self.scaled_sqnorm(X1)
-            n2 = n1 if same else self.scaled_sqnorm(X2)
-        d2 = (n1[..., :, None] + n2[..., None, :] - 2.0 * self.scaled_inner(X1, X2)).to(dtype)
+        centre = X2.detach().mean(-2, keepdim=True)
+        A = X1 - centre
+        B = A if same else X2 - centre
+        w = self._inv_sq_lengthscale().to(dtype)                                    # [S,D] or [S,1]
+        if wide != dtype:
+            with torch.no_grad():
+                n1 = _scaled_sqnorm(A, w)
+                n2 = n1 if same else _scaled_sqnorm(B, w)
+            if self._narrow_rounds(n1, n2):
+                A, w = A.to(wide), w.to(wide)
+                B = A if same else B.to(wide)
+        if torch.compiler.is_compiling():       # the compiler fuses autograd's element-wise work itself
+            d2 = (_scaled_sqnorm(A, w)[..., :, None] + _scaled_sqnorm(B, w)[..., None, :]
+                  - 2.0 * (A * w[:, None, :]) @ B.transpose(-1, -2))
+        else:
+            d2 = _CentredSqDist.apply(A, B, w, same)
+        d2 = d2.to(dtype)
         if same:
             # k(X, X): the diagonal is exactly 0. The expansion leaves ~1e-16·|x|² there, and a kernel of
             # r = √d² (Matérn ½: 1 − 3e-8 instead of 1) turns that rounding into a visible error that

@@ -242,6 +242,10 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
     return torch.where(torch.isfinite(edges), edges, m_c[:, None])
 
 
+# Run eagerly inside torch.compile: the rows H that need panels vary from batch to batch, and each new H
+# recompiled this function and the Newton iteration under it until dynamo's limit of 8 (then the step ran
+# 10–100× slower than eager while it recompiled; benchmarks/vi_step.py --compile). It was a graph break anyway.
+@torch.compiler.disable
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, linear: bool = False
                         ) -> torch.Tensor:
     """log P(f_c largest) for rows mean/var [H,C] and classes c [H], by composite Gauss–Legendre in t;

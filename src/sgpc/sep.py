@@ -32,13 +32,14 @@ What this module does not do: per-site storage (``ep.py``).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd, _whitened_precision,
-                 cavity_projection, directions, g_difference, g_whitened, log_Zq, make_factors, pd_damping,
-                 per_latent, q_state, site_update)
+                 cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
+                 per_latent, q_from_precision, q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -140,16 +141,25 @@ class SEP:
         return SEPState(Lam=state.Lam * scale[:, None, None], h=state.h * scale[:, None], counts=counts,
                         skipped=state.skipped, redamped=state.redamped)
 
-    def _cavity_sites(self, state: SEPState) -> TiedSites:
-        keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))
-        return TiedSites(state.Lam * keep[:, None, None], state.h * keep[:, None])
+    @staticmethod
+    def _cavity_precision(state: SEPState, P: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cavity q/φ̃^{1/n}'s whitened precision and linear term from the tied site's (P, b): the cavity
+        keeps the fraction 1 − 1/n_l of θ̃_l, so P_c = I + keep·(P − I) and b_c = keep·b, with no products."""
+        keep = 1.0 - 1.0 / state.counts.clamp_min(1.0)
+        eye = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
+        return eye + keep[:, None, None] * (P - eye), keep[:, None] * b
 
     @torch.no_grad()
-    def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> SEPState:
-        """One parallel damped SEP update over the minibatch: ``apply(increment(...))``."""
+    def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None,
+               reduce: Callable[[SEPIncrement], object] | None = None) -> SEPState:
+        """One parallel damped SEP update over the minibatch: ``apply(increment(...))``. ``reduce`` (data-
+        parallel training) sums the increment over the ranks in place before it is applied."""
         Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
-        state = self.restore(model, state, Lk)
-        return self.apply(model, state, self.increment(model, state, X, y, Lk), Lk, restored=True)
+        state, P, b = self._restore(state, Lk)  # and one whitened precision of the tied site
+        inc = self.increment(model, state, X, y, Lk, Pb=(P, b))
+        if reduce is not None:
+            reduce(inc)
+        return self.apply(model, state, inc, Lk, restored=True, P0=P)
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: SEPState, Lk: torch.Tensor | None = None) -> SEPState:
@@ -159,29 +169,34 @@ class SEP:
         new kernel breaks it, the site is raised to the power γ = ½, ¼, … (0 at worst: q = prior),
         counted as one re-damping.
         """
-        Lk = model.chol_Kuu() if Lk is None else Lk
+        return self._restore(state, model.chol_Kuu() if Lk is None else Lk)[0]
 
+    def _restore(self, state: SEPState, Lk: torch.Tensor) -> tuple[SEPState, torch.Tensor, torch.Tensor]:
+        """``restore``, also returning the whitened precision and linear term (P, b) of the state returned."""
         def proper(st):
-            P, _ = _whitened_precision(Lk, TiedSites(st.Lam, st.h))
-            Pc, _ = _whitened_precision(Lk, self._cavity_sites(st))
-            return _is_pd(P) and _is_pd(Pc)
+            P, b = _whitened_precision(Lk, TiedSites(st.Lam, st.h))
+            return _is_pd(P) and _is_pd(self._cavity_precision(st, P, b)[0]), P, b
 
-        if proper(state):
-            return state
+        ok, P, b = proper(state)
+        if ok:
+            return state, P, b
         for gamma in [0.5 ** k for k in range(1, 12)] + [0.0]:
             trial = replace(state, Lam=gamma * state.Lam, h=gamma * state.h)
-            if proper(trial):
+            ok, P, b = proper(trial)
+            if ok:
                 break
-        return replace(trial, redamped=state.redamped + 1)
+        return replace(trial, redamped=state.redamped + 1), P, b
 
     @torch.no_grad()
-    def increment(self, model: SparseGP, state: SEPState, X, y, Lk: torch.Tensor | None = None) -> SEPIncrement:
+    def increment(self, model: SparseGP, state: SEPState, X, y, Lk: torch.Tensor | None = None, *,
+                  Pb: tuple[torch.Tensor, torch.Tensor] | None = None) -> SEPIncrement:
         """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
-        minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``."""
+        minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``.
+        ``Pb``: the tied site's whitened precision and linear term under ``Lk``, if the caller has them."""
         fac = self.factors(model, y)
         Lk = model.chol_Kuu() if Lk is None else Lk
         V, s = directions(model, X, Lk)
-        c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s)
+        c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s, Pb)
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
@@ -192,10 +207,11 @@ class SEP:
 
     @torch.no_grad()
     def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None,
-              restored: bool = False) -> SEPState:
+              restored: bool = False, P0: torch.Tensor | None = None) -> SEPState:
         """θ̃_l ← θ̃_l + ρ [Σ_B θ_new − (n_{B,l}/n_l) θ̃_l], with ρ bounded so that q and the cavity stay PD.
         ``restored``: ``state`` comes from ``restore`` with this ``Lk``, which has checked that q and the
-        cavity are proper, so the damping does not check them again."""
+        cavity are proper, so the damping does not check them again. ``P0``: the tied site's whitened
+        precision under ``Lk``, if the caller has it."""
         cav_Lk = model.chol_Kuu() if Lk is None else Lk
         skipped, n_factors = int(inc.counts[0]), int(inc.counts[1])
         passes = float(inc.counts[2] / state.counts.sum())                # |B|/N: the damping clock
@@ -204,7 +220,8 @@ class SEP:
         dLam = 0.5 * (dLam + dLam.mT)
         dh = inc.h - frac[:, None] * state.h
         keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))[:, None, None]
-        P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
+        if P0 is None:
+            P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
         dP = cav_Lk.mT @ dLam @ cav_Lk
         dP = 0.5 * (dP + dP.mT)
         rho = torch.full_like(frac, annealed_damping(self.damping, self.decay, state.step, self.min_damping))
@@ -220,11 +237,12 @@ class SEP:
                         redamped=state.redamped + redamped)
 
     @torch.no_grad()
-    def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, V, s):
+    def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, V, s, Pb=None):
         """The rank-one sites SEP proposes for the factors ``fac`` of the rows whose ``directions`` are
-        V [L,B,M], s [L,B]: moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}.
-        Returns c1, c2 [B,F,T] (0 where the update is invalid) and the validity mask ok [B,F]."""
-        cav = q_state(model, self._cavity_sites(state), Lk)
+        V [L,B,M], s [L,B]: moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}; ``Pb`` as
+        in ``increment``. Returns c1, c2 [B,F,T] (0 where the update is invalid) and the validity mask ok [B,F]."""
+        P, b = _whitened_precision(Lk, TiedSites(state.Lam, state.h)) if Pb is None else Pb
+        cav = q_from_precision(Lk, *self._cavity_precision(state, P, b))
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
@@ -239,23 +257,26 @@ class SEP:
             sites = TiedSites(state.Lam, state.h)
             Lk = model.chol_Kuu()
             V, s = directions(model, X, Lk)                              # differentiable, for eq. (62)
+            P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
             with torch.no_grad():
-                Vd = V.detach()
-                c1, c2, _ = self._local_sites(model, state, fac, Lk.detach(), Vd, s.detach())
+                Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
+                c1, c2, _ = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                q = q_state(model, sites, Lk.detach())
-                s_q = _gather(((Vd @ q.cov) * Vd).sum(-1), fac.latent)
+                q = q_from_precision(Lkd, *Pb)
+                s_q = _gather((Vd @ q.W).square().sum(-1), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
-            return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s))
+            return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
+                           Pb=(P, b))
         sites = TiedSites(state.Lam, state.h)
         Lk = model.chol_Kuu()
-        g_q = g_difference(Lk, sites)                                    # [L], differentiable
+        P, b = _whitened_precision(Lk, sites)
+        g_q = g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)   # [L], differentiable
         global_term = g_q.sum()
         with torch.no_grad():
-            cav = q_state(model, self._cavity_sites(state), Lk.detach())
+            cav = q_from_precision(Lk.detach(), *self._cavity_precision(state, P.detach(), b.detach()))
             # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it
             G = g_whitened(cav.LP, cav.b) - g_q.detach()
         V, s = directions(model, X, Lk)
