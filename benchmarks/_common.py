@@ -28,6 +28,16 @@ def _git_state() -> tuple[str, bool | None]:
 _START = (*_git_state(), time.strftime("%Y-%m-%d %H:%M:%S"))
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" elsewhere): ``platform.processor()`` is empty on Linux, and
+    two runs on this 2-core machine on different days had different hosts (GEMM at 108 and 43 GFLOP/s)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
 def metadata() -> dict:
     """Git commit and dirty flag at the start of the run, library versions, machine description and
     thread count (and the commit at writing time, when it differs)."""
@@ -41,7 +51,7 @@ def metadata() -> dict:
         **({"commit_at_write": now} if now != commit else {}),
         "python": sys.version.split()[0], "torch": torch.__version__, "numpy": numpy.__version__,
         "sklearn": sklearn.__version__, "machine": platform.machine(), "processor": platform.processor(),
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "command": " ".join(sys.argv),
+        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "command": " ".join(sys.argv),
     }
 
 
