@@ -88,9 +88,10 @@ def main() -> None:
     def step():
         idx = torch.randint(0, N, (args.b,), generator=g)
         nonlocal state
-        state = engine.update(model, state, Xt[idx], yt[idx], N, None)     # sep/apep: the site step (vi: none)
+        xb, yb = Xt[idx], yt[idx]             # one minibatch object for both calls, as in train.fit (SEP's loss
+        state = engine.update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
         opt.zero_grad()
-        loss(Xt[idx], yt[idx]).backward()
+        loss(xb, yb).backward()
         opt.step()
 
     t0 = time.perf_counter()

@@ -33,6 +33,7 @@ What this module does not do: per-site storage (``ep.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -77,6 +78,11 @@ class SEPIncrement:
 
 
 LOG_Z_KINDS = ("local", "tied")
+
+
+def _versions(model: SparseGP) -> tuple[int, ...]:
+    """Every parameter's in-place version counter (an optimiser step or a copy into it raises it)."""
+    return tuple(p._version for p in model.parameters())
 REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv < this (the cavity stays proper along v)
 
 
@@ -154,12 +160,40 @@ class SEP:
                reduce: Callable[[SEPIncrement], object] | None = None) -> SEPState:
         """One parallel damped SEP update over the minibatch: ``apply(increment(...))``. ``reduce`` (data-
         parallel training) sums the increment over the ranks in place before it is applied."""
-        Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
+        Lk, V, s = self._geometry(model, X)     # one factorisation of K_uu for the whole step
         state, P, b = self._restore(state, Lk)  # and one whitened precision of the tied site
-        inc = self.increment(model, state, X, y, Lk, Pb=(P, b))
+        inc = self.increment(model, state, X, y, Lk, Pb=(P, b), Vs=(V, s))
         if reduce is not None:
             reduce(inc)
         return self.apply(model, state, inc, Lk, restored=True, P0=P)
+
+    def _geometry(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L_K and ``directions(model, X, L_K)`` for the site update, detached.
+
+        They are built with autograd on and kept (one entry) for the loss of the same training step, which
+        needs them differentiable and would otherwise form K_uu and K_uf a second time: about a sixth of an
+        MNIST-shaped SEP step (profile in docs/results-scale.md, "Faster steps"). ``_recall`` hands them
+        over only for the same X and parameters unchanged since (every parameter's version counter), and
+        only once. Not for a hybrid model (its feature extractor's dropout draws anew per forward pass) or
+        inside torch.compile."""
+        keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
+            any(p.requires_grad for p in model.parameters())
+        with torch.enable_grad() if keep else nullcontext():
+            Lk = model.chol_Kuu()
+            V, s = directions(model, X, Lk)
+        if keep:
+            object.__setattr__(self, "_kept", (X, _versions(model), Lk, V, s))
+        return Lk.detach(), V.detach(), s.detach()
+
+    def _recall(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """What ``_geometry`` kept, if it was built for this X and these parameters (and forget it)."""
+        kept = self.__dict__.get("_kept")
+        if kept is None:
+            return None
+        object.__setattr__(self, "_kept", None)
+        if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
+            return None
+        return kept[2:]
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: SEPState, Lk: torch.Tensor | None = None) -> SEPState:
@@ -189,13 +223,15 @@ class SEP:
 
     @torch.no_grad()
     def increment(self, model: SparseGP, state: SEPState, X, y, Lk: torch.Tensor | None = None, *,
-                  Pb: tuple[torch.Tensor, torch.Tensor] | None = None) -> SEPIncrement:
+                  Pb: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  Vs: tuple[torch.Tensor, torch.Tensor] | None = None) -> SEPIncrement:
         """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
         minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``.
-        ``Pb``: the tied site's whitened precision and linear term under ``Lk``, if the caller has them."""
+        ``Pb``, ``Vs``: the tied site's whitened precision and linear term under ``Lk``, and ``directions(model,
+        X, Lk)``, if the caller has them."""
         fac = self.factors(model, y)
         Lk = model.chol_Kuu() if Lk is None else Lk
-        V, s = directions(model, X, Lk)
+        V, s = directions(model, X, Lk) if Vs is None else Vs
         c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s, Pb)
         L = model.n_latent
         d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
@@ -255,8 +291,7 @@ class SEP:
         fac = self.factors(model, y)
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
-            Lk = model.chol_Kuu()
-            V, s = directions(model, X, Lk)                              # differentiable, for eq. (62)
+            Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)   # differentiable, eq. (62)
             P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
             with torch.no_grad():
                 Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
@@ -271,7 +306,7 @@ class SEP:
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
                            Pb=(P, b))
         sites = TiedSites(state.Lam, state.h)
-        Lk = model.chol_Kuu()
+        Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)
         P, b = _whitened_precision(Lk, sites)
         g_q = g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)   # [L], differentiable
         global_term = g_q.sum()
@@ -279,12 +314,16 @@ class SEP:
             cav = q_from_precision(Lk.detach(), *self._cavity_precision(state, P.detach(), b.detach()))
             # g(θ^{\f}) − g(θ) on each latent: the same for every factor touching it
             G = g_whitened(cav.LP, cav.b) - g_q.detach()
-        V, s = directions(model, X, Lk)
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         logZ = fac.log_Z(mean_cav, var_cav + _gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
         gsum = (G[fac.latent] * fac.mask[..., None]).sum()
         return -(global_term + (n_total / X.shape[0]) * (logZ.sum() + gsum))
+
+    @staticmethod
+    def _fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        Lk = model.chol_Kuu()
+        return (Lk, *directions(model, X, Lk))
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: SEPState) -> InducingPosterior:
