@@ -356,9 +356,14 @@ class TiedFactor(torch.nn.Module):
 
     def precision(self, scale: float = 1.0, dtype=None) -> torch.Tensor:
         """I + scale·TTᵀ, [L,M,M] (in ``dtype`` if given, differentiably)."""
+        return self.precisions((scale,), dtype)[0]
+
+    def precisions(self, scales, dtype=None) -> list[torch.Tensor]:
+        """[I + s·TTᵀ for s in scales] from one product TTᵀ (q's and the cavity's in ``apep_energy``)."""
         T = torch.tril(self.raw_T if dtype is None else self.raw_T.to(dtype))
         eye = torch.eye(T.shape[-1], dtype=T.dtype, device=T.device)
-        return eye + scale * (T @ T.mT)
+        TT = T @ T.mT
+        return [eye + s * TT for s in scales]
 
 
 def _gw(P: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -384,8 +389,9 @@ def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: 
     # the float64 one. It costs O(L·M³), small next to the minibatch's O(L·M²·B).
     wide, dt = torch.float64, factor.b.dtype
     b = factor.b.to(wide)
-    g_q, _, _ = _gw(factor.precision(1.0, wide), b)
-    g_cav, L_cav, mean_cav = _gw(factor.precision(c, wide), c * b)
+    P_q, P_cav = factor.precisions((1.0, c), wide)
+    g_q, _, _ = _gw(P_q, b)
+    g_cav, L_cav, mean_cav = _gw(P_cav, c * b)
     gauss = (g_q.sum() + N * (g_cav - g_q).sum() / alpha).to(dt)
     L_cav, mean_cav = L_cav.to(dt), mean_cav.to(dt)
     Lk = model.chol_Kuu()
