@@ -215,9 +215,10 @@ def q_state(model: SparseGP, sites: TiedSites, Lk: torch.Tensor | None = None) -
     return q_from_precision(Lk, *_whitened_precision(Lk, sites))
 
 
-def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor) -> QState:
-    """q(u) from its whitened precision P = I + L_KᵀΛ̃L_K and linear term b (``q_state`` without forming P)."""
-    LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor, LP: torch.Tensor | None = None) -> QState:
+    """q(u) from its whitened precision P = I + L_KᵀΛ̃L_K and linear term b (``q_state`` without forming P);
+    ``LP``: P's Cholesky factor, if the caller has it."""
+    LP = cholesky(P, jitter=0.0, what="EP posterior precision") if LP is None else LP
     # Cov_q[u] = L_K P⁻¹ L_Kᵀ is kept as its square root W = L_K L_P⁻ᵀ: one triangular solve, where P⁻¹ and
     # the covariance took a solve and three products (what the cavity projections need is W's rows' products)
     W = solve_lower(LP, Lk.mT).mT
@@ -321,25 +322,22 @@ def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
 def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor, V_old: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
            q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
-           Pb: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+           LPb: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
         sites: θ̃ (held fixed); factors/X/V_old/c1/c2: the minibatch's factors, inputs, stored site
             directions [L,B,M] and site parameters [B,F,T] (for SEP: the tied site's share, see sep.py);
         alpha: the power; scale: N/|B|.
-        Lk, q, Vs, Pb: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
-            q = p(u)·θ̃ (detached), ``directions(model, X, Lk)`` and ``_whitened_precision(Lk, sites)``
-            (differentiable).
+        Lk, q, Vs, LPb: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
+            q = p(u)·θ̃ (detached), ``directions(model, X, Lk)`` and the Cholesky factor of
+            ``_whitened_precision(Lk, sites)`` with its linear term (differentiable).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
     """
     Lk = model.chol_Kuu() if Lk is None else Lk
-    if Pb is None:
-        global_term = g_difference(Lk, sites).sum()
-    else:
-        global_term = g_whitened(cholesky(Pb[0], jitter=0.0, what="EP posterior precision"), Pb[1]).sum()
+    global_term = (g_difference(Lk, sites) if LPb is None else g_whitened(*LPb)).sum()
     if q is None:
         with torch.no_grad():
             q = q_state(model, sites, Lk.detach())

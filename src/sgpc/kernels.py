@@ -64,8 +64,8 @@ class _CentredSqDist(torch.autograd.Function):
 
     Autograd's record of that expression (scale, square, sum, and each one's adjoint) made some 25 passes
     over a per-latent Z [L,M,D] per step: 30% of an MNIST VI step was element-wise multiplies of that
-    shape (torch.profiler by input shape). The forward here makes 3 passes over A ⊙ w, and the backward 5, from (G = ∂/∂d², r = G1,
-    s = Gᵀ1, T = GB − r ⊙ A):
+    shape (torch.profiler by input shape). The forward here makes 3 passes over A ⊙ w, and the backward
+    5, from (G = ∂/∂d², r = G1, s = Gᵀ1, T = GB − r ⊙ A):
         ∂/∂A = −2 w ⊙ T,   ∂/∂B = −2 w ⊙ (GᵀA − s ⊙ B),   ∂/∂w = Σ_m s_m b_m² − Σ_n a_n ⊙ (T + GB)_n.
     When A is B (``same``), G + Gᵀ replaces G in T, ∂/∂A takes both arguments' share and ∂/∂w = −Σ_n a_n ⊙ T_n.
     """

@@ -78,12 +78,12 @@ class SEPIncrement:
 
 
 LOG_Z_KINDS = ("local", "tied")
+REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv < this (the cavity stays proper along v)
 
 
 def _versions(model: SparseGP) -> tuple[int, ...]:
     """Every parameter's in-place version counter (an optimiser step or a copy into it raises it)."""
     return tuple(p._version for p in model.parameters())
-REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv < this (the cavity stays proper along v)
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,7 @@ class SEP:
         keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
             any(p.requires_grad for p in model.parameters())
         with torch.enable_grad() if keep else nullcontext():
-            Lk = model.chol_Kuu()
-            V, s = directions(model, X, Lk)
+            Lk, V, s = self._fresh_geometry(model, X)
         if keep:
             object.__setattr__(self, "_kept", (X, _versions(model), Lk, V, s))
         return Lk.detach(), V.detach(), s.detach()
@@ -293,18 +292,19 @@ class SEP:
             sites = TiedSites(state.Lam, state.h)
             Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)   # differentiable, eq. (62)
             P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
+            LP = cholesky(P, jitter=0.0, what="EP posterior precision")
             with torch.no_grad():
                 Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
                 c1, c2, _ = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                q = q_from_precision(Lkd, *Pb)
+                q = q_from_precision(Lkd, *Pb, LP=LP.detach())
                 s_q = _gather((Vd @ q.W).square().sum(-1), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
-                           Pb=(P, b))
+                           LPb=(LP, b))
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)
         P, b = _whitened_precision(Lk, sites)
@@ -322,6 +322,7 @@ class SEP:
 
     @staticmethod
     def _fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
         Lk = model.chol_Kuu()
         return (Lk, *directions(model, X, Lk))
 
