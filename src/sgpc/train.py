@@ -529,9 +529,9 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     params = engine.trainable(model, state)
     if settings.optimizer == "adam":
         # fused: one pass over each parameter per step. torch's CPU default (a loop over parameters, 7
-        # element-wise operators each) and foreach (the same 7 operators over all parameters) took 9.5 ms of
-        # an MNIST-shaped step (Z [10,200,784]) against 3.0 ms fused; the arithmetic is the same up to
-        # rounding (4e-16 apart after 30 steps; benchmarks/vi_step.py --adam)
+        # element-wise operators each) and foreach (the same 7 operators over all parameters) took 9.5–11.8 ms
+        # per step on MNIST-shaped parameters (Z [10,200,784]) against 3.0 ms fused; the arithmetic is the same
+        # up to rounding (4.4e-16 apart after 30 steps; benchmarks/adam_step.py, results/adam_step.json)
         opt = torch.optim.Adam(params, lr=settings.learning_rate, fused=True)
     elif settings.optimizer == "adaptive":
         opt = SignAdaptive(params, lr=settings.learning_rate)
