@@ -59,6 +59,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--compile", action="store_true", help="torch.compile the loss (its compilation is timed apart)")
+    ap.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead"],
+                    help="torch.compile's mode; reduce-overhead replays CUDA graphs (on a GPU)")
+    ap.add_argument("--compile-update", action="store_true",
+                    help="with --compile, also compile the closed-form site update (SEP, APEP)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--count-ops", action="store_true",
                     help="also count the operators dispatched by one step's forward pass, backward pass and Adam")
     ap.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"],
@@ -66,51 +73,66 @@ def main() -> None:
                          "CPU default, which the peers use)")
     ap.add_argument("--name", default="vi_step")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     import sgpc
     from sgpc.estimator import GPClassifier
     X, y, _, _, C = _data(args.set)
     est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=args.b,
-                       shared_inducing=args.shared, shared_kernel=args.shared)
+                       shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()
-    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    Xt = torch.as_tensor(X, dtype=est._torch_dtype(), device=args.device)
+    yt = torch.as_tensor(y, device=args.device)
     g = torch.Generator().manual_seed(0)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     state = engine.init(model, Xt, yt, g)
     impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[args.adam]
     opt = torch.optim.Adam(engine.trainable(model, state), lr=0.01, **impl)
     N = len(X)
     loss = lambda xb, yb: engine.loss(model, state, xb, yb, N)
+    update = engine.update
+    if args.compile and cuda and args.compile_mode == "reduce-overhead":
+        torch.backends.cuda.preferred_linalg_library("cusolver")   # MAGMA's batched kernels allocate: not capturable
     if args.compile:
-        loss = torch.compile(loss, dynamic=False)
+        loss = torch.compile(loss, dynamic=False, mode=args.compile_mode)
+        if args.compile_update:
+            update = torch.compile(engine.update, mode=args.compile_mode)   # dynamic: the step counter varies
 
     def step():
-        idx = torch.randint(0, N, (args.b,), generator=g)
+        idx = torch.randint(0, N, (args.b,), generator=g).to(args.device)
         nonlocal state
         xb, yb = Xt[idx], yt[idx]             # one minibatch object for both calls, as in train.fit (SEP's loss
-        state = engine.update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
+        state = update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
         opt.zero_grad()
         loss(xb, yb).backward()
         opt.step()
 
     t0 = time.perf_counter()
     step()
+    sync()
     first_step_s = time.perf_counter() - t0
     for _ in range(19):
         step()
+    sync()
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
+        sync()
         times.append(1e3 * (time.perf_counter() - t0) / args.steps)
+    final_loss = float(loss(Xt[:args.b], yt[:args.b]).detach())   # a finite objective: the step really trained
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
-           "ms_per_step_median": statistics.median(times)}
+           "ms_per_step_median": statistics.median(times), "final_loss_first_rows": final_loss,
+           "device_name": torch.cuda.get_device_name() if cuda else None}
     if args.count_ops:
         out["ops_per_step"] = count_ops(loss, opt, Xt, yt, args.b, g)
         print("operators dispatched per step:", out["ops_per_step"])
-    print(f"{args.method} {args.set} M={args.m} B={args.b} shared={args.shared}: {out['ms_per_step_median']:.2f} ms/step "
+    print(f"{args.method} {args.set} M={args.m} B={args.b} shared={args.shared} {args.device} {args.dtype} "
+          f"compile={args.compile and args.compile_mode}: {out['ms_per_step_median']:.2f} ms/step, first step "
+          f"{first_step_s:.1f} s, loss {final_loss:.4g} "
           f"({sgpc.__file__})")
     write(args.name, out)
 

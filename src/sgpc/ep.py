@@ -222,7 +222,9 @@ def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor, LP: tor
     # Cov_q[u] = L_K P⁻¹ L_Kᵀ is kept as its square root W = L_K L_P⁻ᵀ: one triangular solve, where P⁻¹ and
     # the covariance took a solve and three products (what the cavity projections need is W's rows' products)
     W = solve_lower(LP, Lk.mT).mT
-    mean_w = torch.cholesky_solve(b[..., None], LP)                                  # P⁻¹b [L,M,1]
+    # P⁻¹b [L,M,1] by two triangular solves: torch.cholesky_solve's batched CUDA kernel (MAGMA) allocates
+    # while it runs, which a CUDA graph cannot capture
+    mean_w = torch.linalg.solve_triangular(LP.mT, solve_lower(LP, b[..., None]), upper=True)
     return QState(Lk=Lk, LP=LP, b=b, mean=(Lk @ mean_w)[..., 0], W=W)
 
 

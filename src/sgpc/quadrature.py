@@ -33,9 +33,11 @@ __all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "
 
 @functools.lru_cache(maxsize=64)
 @torch.compiler.assume_constant_result      # numpy is opaque to torch.compile; the nodes are constants
-def _hermgauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+def _hermgauss(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    # plain floats, not arrays: torch 2.11's compiler traced the cached arrays as numpy tensors and failed on the
+    # second use ("source NumpyTensorSource ... already in seen_sources", on a GPU, 2026-11-26)
     x, w = np.polynomial.hermite.hermgauss(n)
-    return x * math.sqrt(2.0), w / math.sqrt(math.pi)
+    return tuple((x * math.sqrt(2.0)).tolist()), tuple((w / math.sqrt(math.pi)).tolist())
 
 
 def gauss_hermite(n: int, dtype=torch.float64, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,8 +122,9 @@ _PANEL_NODES = 6
 
 @functools.lru_cache(maxsize=8)
 @torch.compiler.assume_constant_result
-def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.polynomial.legendre.leggauss(n)
+def _legendre(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    x, w = np.polynomial.legendre.leggauss(n)          # as floats, for the reason given at _hermgauss
+    return tuple(x.tolist()), tuple(w.tolist())
 
 
 def _panel_nodes(edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
