@@ -456,3 +456,40 @@ def test_labels_validation_rows_complex_inputs_and_checkpoint_folders_get_clear_
         GPClassifier(**FAST, checkpoint_every=5).fit(X, y)
     with pytest.warns(UserWarning, match="no checkpoint will be written"):
         GPClassifier(**FAST, checkpoint_path=str(tmp_path / "ck.pt")).fit(X, y)
+
+
+def _has_cpp_compiler() -> bool:
+    import os
+    import shutil
+    return shutil.which(os.environ.get("CXX", "g++")) is not None or shutil.which("c++") is not None
+
+
+@pytest.mark.skipif(not _has_cpp_compiler(), reason="torch.compile on the CPU needs a C++ compiler (g++/c++)")
+@pytest.mark.parametrize("method", ["vi", "sep"])
+def test_a_compiled_loss_trains_as_the_eager_one(iris, method):
+    # compile= replaces the loss by torch.compile's graph, and nothing else: the same objective at every step and
+    # the same predictions (up to the compiler's reordering of sums). SEP's site update stays eager, and its loss
+    # inside the compiled graph must not take the update's kept kernel matrices (sep._recall).
+    from torch._dynamo.utils import counters
+    X, y = iris
+    kw = dict(method=method, n_inducing=8, batch_size=50, max_iter=8, random_state=0)
+    eager = GPClassifier(**kw).fit(X, y)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = GPClassifier(**kw, compile="default").fit(X, y)
+    assert counters["stats"]["unique_graphs"] >= 1            # the compiled loss ran
+    np.testing.assert_allclose(compiled.history_["objective"], eager.history_["objective"], rtol=1e-10)
+    np.testing.assert_allclose(compiled.predict_proba(X), eager.predict_proba(X), atol=1e-10)
+
+
+def test_compile_options_are_checked(iris):
+    from sgpc.train import TrainSettings
+    X, y = iris
+    with pytest.raises(ValueError, match=r"unknown compile 'fast'; valid: None, 'default', 'reduce-overhead'"):
+        GPClassifier(compile="fast", batch_size=50, **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="minibatch steps of 'vi', 'sep'.*got method='ep'"):
+        GPClassifier(method="ep", compile="default", batch_size=50, **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="set batch_size"):
+        GPClassifier(compile="default", **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="compile needs optimizer='adam'"):
+        TrainSettings(optimizer="lbfgs", compile="default")

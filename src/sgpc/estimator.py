@@ -27,8 +27,8 @@ from .likelihoods import RobustMax
 from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
 from .bsvm import BinaryHinge, MulticlassHinge
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import (TrainSettings, atomic_save, digest, fit as fit_loop, file_error_detail, record_engine_events,
-                    refresh, _state_to_dict, _load_state)
+from .train import (COMPILE_MODES, TrainSettings, atomic_save, digest, fit as fit_loop, file_error_detail,
+                    record_engine_events, refresh, _state_to_dict, _load_state)
 from .ep import EP
 from .fitc_ep import GFITC
 from .rmgpc import RMGPC
@@ -362,6 +362,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
             recomputed from the SEP cavity; default) or "tied" (the cavity q/φ̃^{1/n} of the paper's
             wording, whose gradient is biased: ``sgpc.sep`` and docs/results.md).
+        compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch
+            method (vi, sep, apep, arpep, rpapep): "default" or "reduce-overhead" (CUDA graphs). Meant for
+            ``device="cuda"``, where a step is bound by kernel launches. In an MNIST-shaped fit (M = 200,
+            B = 200) on an H100 a "vi" step took 3.5 ms instead of 7.8 with "reduce-overhead", and a "sep"
+            step 46.9 ms instead of 18.6: use it for vi, not sep (arpep, rpapep and apep were not timed).
+            On the CPU it was slower than eager. The first step compiles (20–30 s); the site updates of sep/apep
+            stay eager.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
     posterior_ (InducingPosterior), history_ (dict), n_iter_; for "rmgpc"/"smgpc" also outlier_proba_
@@ -380,7 +387,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  warm_start: bool = False, outlier_prior_a: float = 1.0, outlier_prior_b: float = 9.0,
                  noise_variance: float | None = None, delta: float = 1e-3, learn_delta: bool = True,
                  n_samples_predict: int = 1024, softmax_predict: str = "qmc", init_lengthscale: float | None = None,
-                 init_variance: float = 1.0, sep_log_z: str = "local"):
+                 init_variance: float = 1.0, sep_log_z: str = "local", compile: str | None = None):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
@@ -419,6 +426,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.init_lengthscale = init_lengthscale
         self.init_variance = init_variance
         self.sep_log_z = sep_log_z
+        self.compile = compile
 
     # -- strings -> objects ------------------------------------------------------------------------
     def _check_options(self) -> None:
@@ -428,6 +436,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         _choice("dtype", self.dtype, tuple(DTYPES))
         _choice("inducing_init", self.inducing_init, ("kmeans", "random"))
         _choice("sep_log_z", self.sep_log_z, LOG_Z_KINDS)
+        _choice("compile", self.compile, COMPILE_MODES)
+        if self.compile is not None and (self.method not in STREAM_METHODS or self.batch_size is None
+                                         or self.feature_extractor is not None):
+            raise ValueError(f"compile={self.compile!r} applies to the minibatch steps of "
+                             f"{', '.join(map(repr, STREAM_METHODS))} without a feature extractor (set batch_size); "
+                             f"got method={self.method!r}, batch_size={self.batch_size!r}"
+                             f"{', a feature extractor' if self.feature_extractor is not None else ''}")
         if self.method in ("gfitc", "rmgpc", "smgpc") and self.batch_size is not None:
             raise ValueError(f"method={self.method!r} runs EP to convergence on the whole data set: use batch_size=None")
         if self.method in ("rmgpc", "smgpc"):
@@ -532,7 +547,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              n_epochs=self.n_epochs, batch_size=self.batch_size,
                              checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
                              eval_every=self.eval_every, progress=bool(self.verbose),
-                             model_structure=repr(self._structure(with_device=False)))
+                             model_structure=repr(self._structure(with_device=False)), compile=self.compile)
 
     def _validator(self, engine, X_val, y_val):
         """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
