@@ -111,8 +111,8 @@ class TrainSettings:
             (fused kernels) or "reduce-overhead" (also replays CUDA graphs). For minibatch steps on a GPU,
             where a step is bound by kernel launches: in an MNIST-shaped VI fit on an H100 a step took 3.5 ms
             instead of 7.8, but a SEP step took 46.9 ms instead of 18.6 (docs/results-scale.md). On the CPU
-            it was slower than eager. The first step compiles (20–30 s). The closed-form site updates of
-            sep/apep stay eager.
+            it gained 0–20% on satimage-shaped steps and nothing at the MNIST shape. The first step compiles
+            (20–60 s). The closed-form site updates of sep/apep stay eager.
     """
 
     optimizer: str = "adam"
