@@ -10,12 +10,14 @@ operation costs about twice its forward, so the step ≈ 3 × forward):
   q(f) marginals    L̃ᵀA: L·M²·B (triangular product) ; means and variances: 3·L·M·B
   KL                L·(M³/3 + M²)  (log-determinant and trace of the whitened q)
   per-point terms   robust-max: B·S·C·c_Φ with S quadrature nodes and c_Φ ≈ 20 flops per log Φ
-The "hardware limit" is that count divided by the measured float64 matmul throughput (1024² GEMM,
+With --shared (GPflow's model: one Z [M,D] and one kernel for the C latent GPs) the kernel matrices, the
+Cholesky of K_uu and the solve A = L_K⁻¹K_uf are formed once instead of L times; the marginals and the KL
+stay per latent. The "hardware limit" is that count divided by the measured float64 matmul throughput (1024² GEMM,
 one thread), i.e. the time if every flop ran at GEMM speed. torch.profiler on the M = 200 step says
 which operators the time goes to.
 
     python benchmarks/scale_roofline.py                    # M = 50 100 200 400 800, satimage and MNIST shapes
-Writes results/scale_roofline.json and results/scale_roofline.png.
+Writes results/<--name>.json and results/<--name>.png (default name: scale_roofline).
 """
 from __future__ import annotations
 
@@ -52,23 +54,25 @@ def gemm_gflops(n=1024, reps=5) -> float:
     return 2 * n ** 3 / min(ts) / 1e9
 
 
-def flops(M, C, D, B, S) -> dict:
+def flops(M, C, D, B, S, shared: bool = False) -> dict:
     L = C
-    fwd = {"kernel_matrices": 3 * L * M * M * D + 3 * L * M * B * D,
-           "cholesky": L * M ** 3 / 3,
-           "triangular_solve": L * M * M * B,
+    Lk = 1 if shared else L                 # how many K_uu, K_uf, Cholesky factors and solves A = L_K⁻¹K_uf
+    fwd = {"kernel_matrices": 3 * Lk * M * M * D + 3 * Lk * M * B * D,
+           "cholesky": Lk * M ** 3 / 3,
+           "triangular_solve": Lk * M * M * B,
            "marginals": L * M * M * B + 3 * L * M * B,
            "kl": L * (M ** 3 / 3 + M * M),
            "per_point": B * S * C * 20}
     return {k: 3 * v for k, v in fwd.items()}      # forward + backward (≈ 2 × forward)
 
 
-def build(M, C, D, B, seed=0):
+def build(M, C, D, B, seed=0, shared: bool = False):
     g = torch.Generator().manual_seed(seed)
     N = max(4 * B, M)
     X = torch.randn(N, D, generator=g, dtype=torch.float64)
     y = torch.randint(0, C, (N,), generator=g)
-    model = SparseGP(K.RBF(D, C, noise=1e-3), RobustMax(C), X[:M].clone().expand(C, M, D).clone()).double()
+    Z = X[:M].clone() if shared else X[:M].clone().expand(C, M, D).clone()
+    model = SparseGP(K.RBF(D, C, noise=1e-3, shared=shared), RobustMax(C), Z).double()
     engine = VI()
     state = engine.init(model, X, y, g)
     opt = torch.optim.Adam(engine.trainable(model, state), lr=1e-3)
@@ -89,6 +93,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--shared", action="store_true", help="one Z and one kernel for all classes (GPflow's model)")
+    p.add_argument("--name", default="scale_roofline")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     gf = gemm_gflops()
@@ -96,7 +102,7 @@ def main(argv=None):
     for shape in args.shapes:
         C, D, B = (SHAPES[shape][k] for k in ("C", "D", "B"))
         for M in args.Ms:
-            model, step = build(M, C, D, B)
+            model, step = build(M, C, D, B, shared=args.shared)
             S = model.likelihood.n_points
             for _ in range(args.warmup):
                 step()
@@ -105,7 +111,7 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 step()
                 ts.append(time.perf_counter() - t0)
-            f = flops(M, C, D, B, S)
+            f = flops(M, C, D, B, S, args.shared)
             total = sum(f.values())
             t = statistics.median(ts)
             rows.append({"shape": shape, "M": M, "C": C, "D": D, "B": B, "ms_per_iter": 1e3 * t,
@@ -122,7 +128,7 @@ def main(argv=None):
                 profiles[shape] = [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 3e3,
                                     "share": e.self_cpu_time_total / tot} for e in ev[:12]]
                 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
-    write("scale_roofline", {"config": vars(args), "gemm_gflops_float64": gf, "rows": rows, "profile_M200": profiles})
+    write(args.name, {"config": vars(args), "gemm_gflops_float64": gf, "rows": rows, "profile_M200": profiles})
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -141,7 +147,7 @@ def main(argv=None):
     ax.set_ylabel("time per step (ms)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "scale_roofline.png", dpi=110)
+    fig.savefig(RESULTS / f"{args.name}.png", dpi=110)
 
 
 if __name__ == "__main__":
