@@ -197,3 +197,21 @@ def test_log_ndtr_derivative_far_in_the_tail():
         assert abs(float(v_hat[0, 0, 0]) - exact) < tol * exact
     w = torch.tensor([-30.0, -3.0, 0.5, 4.0], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(log_ndtr, (w,))
+
+
+@pytest.mark.parametrize("jitter", [0.0, None])
+def test_cholesky_inside_torch_compile_marks_a_failed_factor_nan_without_a_host_sync(jitter):
+    # Inside torch.compile the factorisation makes one try and returns NaN for a matrix that fails, where eager
+    # raises (jitter=0) or escalates the jitter (default): no host sync, so the compiled loss stays one graph.
+    # The fit loop reports a NaN objective as it reports the eager error (rolls back and halves the rate).
+    from torch._dynamo.utils import counters
+    A = torch.tensor([[[4.0, 2.0], [2.0, 3.0]], [[1.0, 2.0], [2.0, 1.0]]], dtype=torch.float64)   # PD, indefinite
+    torch._dynamo.reset()
+    counters.clear()
+    L = torch.compile(lambda M: G.cholesky(M, jitter=jitter), backend="eager", fullgraph=True)(A)
+    assert counters["stats"]["unique_graphs"] == 1                       # one graph: nothing broke it
+    j = 0.0 if jitter == 0.0 else G.base_jitter(A.dtype) * A[0].diagonal().mean()
+    torch.testing.assert_close(L[0], torch.linalg.cholesky(A[0] + j * torch.eye(2, dtype=A.dtype)))
+    assert torch.isnan(L[1]).all()
+    with pytest.raises(G.NotPositiveDefiniteError):                    # eager: the error (after any escalation)
+        G.cholesky(A, jitter=jitter)
