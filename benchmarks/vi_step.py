@@ -123,7 +123,9 @@ def main() -> None:
             step()
         sync()
         times.append(1e3 * (time.perf_counter() - t0) / args.steps)
-    final_loss = float(loss(Xt[:args.b], yt[:args.b]).detach())   # a finite objective: the step really trained
+    # a finite objective: the step really trained (copies, as the minibatches are: a slice of Xt is a view of a
+    # compiled graph's earlier input, and AOT autograd failed to replay that alias in SEP's loss, torch 2.13)
+    final_loss = float(loss(Xt[:args.b].clone(), yt[:args.b].clone()).detach())
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
            "ms_per_step_median": statistics.median(times), "final_loss_first_rows": final_loss,
            "device_name": torch.cuda.get_device_name() if cuda else None}

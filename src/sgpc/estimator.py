@@ -367,7 +367,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             ``device="cuda"``, where a step is bound by kernel launches. In an MNIST-shaped fit (M = 200,
             B = 200) on an H100 a "vi" step took 3.5 ms instead of 7.8 with "reduce-overhead", and a "sep"
             step 46.9 ms instead of 18.6: use it for vi, not sep (arpep, rpapep and apep were not timed;
-            SEP's compiled loss has since been cut from 15 graphs to 3, not yet timed on a GPU).
+            SEP's compiled loss has since been cut from 15 graphs to 8, not yet timed on a GPU).
             On the CPU "default" gained 0–20% on satimage-shaped steps and nothing at the MNIST shape. The
             first step compiles (20–60 s); the site updates of sep/apep stay eager.
 

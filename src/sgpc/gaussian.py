@@ -63,10 +63,6 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 6
     # jitter=0 asks for the exact factor: one try, and a failure is the caller's signal (no escalation)
     if j0 == 0.0:
         L, info = torch.linalg.cholesky_ex(A)
-        if torch.compiler.is_compiling():
-            # no host sync inside torch.compile (each one split SEP's compiled loss into another graph): a failed
-            # factor is NaN, which the fit loop's check of the objective reports as eager's error would be
-            return torch.where((info > 0)[..., None, None], torch.nan, L)
         if bool((info > 0).any()):
             raise NotPositiveDefiniteError(f"{what} is not positive definite (factorised without jitter)")
         return L

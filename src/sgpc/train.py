@@ -450,8 +450,8 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
 def _compiled(loss: Callable, mode: str) -> Callable:
     """``torch.compile(loss)`` with autograd calls traced into the graph where this torch can: the EP-family
     losses take the derivatives of log Z by ``torch.autograd.grad`` (``gaussian.moment_match``), and each
-    call split SEP's compiled loss into more graphs (15 graphs, 10 after the exact Cholesky stopped
-    syncing inside the compiler, 3 with them traced: ``torch._dynamo.explain`` on a satimage batch)."""
+    call split SEP's compiled loss into more graphs (15 graphs, 8 with them traced: ``torch._dynamo.explain``
+    on a satimage batch)."""
     compiled = torch.compile(loss, mode=mode, dynamic=False)
     if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
         return compiled
