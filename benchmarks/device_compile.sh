@@ -10,7 +10,7 @@ run() {   # bounded; results so far are packed after each command, so a cut-off 
   (cd .. && tar czf $OUT/results.tgz $(ls results/device_check_gpu_2.json results/vi_step_gpu_*.json \
       results/peers_throughput_gpu64_[23].json results/compile_fit_gpu_2.json 2>/dev/null)); }
 S="--set mnist --m 200 --b 200 --device cuda --threads 4 --steps 100 --repeats 3"
-if [ "$1" = next ]; then   # for the next session with a GPU: SEP compiled after its graphs went 15 → 3, and the peers
+if [ "$1" = next ]; then   # for the next session with a GPU: SEP compiled after its graphs went 15 → 8, and the peers
   run 240 python compile_fit.py --device cuda --threads 4 --methods vi sep arpep --modes none reduce-overhead \
       --iters 600 --name compile_fit_gpu_2
   run 150 python peers_throughput.py --device cuda --dtype float64 --budget 10 --sets mnist-200 --libs sgpc gpytorch \
