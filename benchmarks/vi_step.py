@@ -58,11 +58,10 @@ def main() -> None:
     ap.add_argument("--shared", action="store_true", help="one kernel and one Z for all classes (GPflow's model)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--compile", action="store_true", help="torch.compile the loss (its compilation is timed apart)")
+    ap.add_argument("--compile", action="store_true",
+                    help="compile the loss as GPClassifier(compile=...) does (train._compiled; compilation timed apart)")
     ap.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead"],
                     help="torch.compile's mode; reduce-overhead replays CUDA graphs (on a GPU)")
-    ap.add_argument("--compile-update", action="store_true",
-                    help="with --compile, also compile the closed-form site update (SEP, APEP)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--threads", type=int, default=1)
@@ -76,6 +75,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import sgpc
     from sgpc.estimator import GPClassifier
+    from sgpc.train import _compiled
     X, y, _, _, C = _data(args.set)
     est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=args.b,
                        shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype)
@@ -91,20 +91,16 @@ def main() -> None:
     impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[args.adam]
     opt = torch.optim.Adam(engine.trainable(model, state), lr=0.01, **impl)
     N = len(X)
-    loss = lambda xb, yb: engine.loss(model, state, xb, yb, N)
-    update = engine.update
     if args.compile and cuda and args.compile_mode == "reduce-overhead":
         torch.backends.cuda.preferred_linalg_library("cusolver")   # MAGMA's batched kernels allocate: not capturable
-    if args.compile:
-        loss = torch.compile(loss, dynamic=False, mode=args.compile_mode)
-        if args.compile_update:
-            update = torch.compile(engine.update, mode=args.compile_mode)   # dynamic: the step counter varies
+    loss_fn = _compiled(engine.loss, args.compile_mode) if args.compile else engine.loss
+    loss = lambda xb, yb: loss_fn(model, state, xb, yb, N)
 
     def step():
         idx = torch.randint(0, N, (args.b,), generator=g).to(args.device)
         nonlocal state
         xb, yb = Xt[idx], yt[idx]             # one minibatch object for both calls, as in train.fit (SEP's loss
-        state = update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
+        state = engine.update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
         opt.zero_grad()
         loss(xb, yb).backward()
         opt.step()
@@ -123,8 +119,7 @@ def main() -> None:
             step()
         sync()
         times.append(1e3 * (time.perf_counter() - t0) / args.steps)
-    # a finite objective: the step really trained (copies, as the minibatches are: a slice of Xt is a view of a
-    # compiled graph's earlier input, and AOT autograd failed to replay that alias in SEP's loss, torch 2.13)
+    # a finite objective: the step really trained (on copies, as the minibatches are, not views of Xt)
     final_loss = float(loss(Xt[:args.b].clone(), yt[:args.b].clone()).detach())
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
            "ms_per_step_median": statistics.median(times), "final_loss_first_rows": final_loss,

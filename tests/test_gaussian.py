@@ -197,4 +197,3 @@ def test_log_ndtr_derivative_far_in_the_tail():
         assert abs(float(v_hat[0, 0, 0]) - exact) < tol * exact
     w = torch.tensor([-30.0, -3.0, 0.5, 4.0], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(log_ndtr, (w,))
-

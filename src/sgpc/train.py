@@ -658,7 +658,7 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
     # whenever |B| does not divide N). The rate lives in the optimiser's state, so a resumed fit continues
     # the schedule (and a rejected step's halving composes with it).
     decay_per_step = settings.lr_decay ** (1.0 / max(1, N // min(settings.batch_size or N, N)))
-    # the shapes of a step never change (an epoch drops its incomplete last batch): one graph, no recompiles
+    # the shapes of a step never change (an epoch drops its incomplete last batch): the same graphs every step
     loss_fn = engine.loss if settings.compile is None else _compiled(engine.loss, settings.compile)
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
