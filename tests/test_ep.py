@@ -202,6 +202,30 @@ def test_a_site_along_a_zero_direction_contributes_nothing_to_log_Zq():
     torch.testing.assert_close(value, reference)
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_log_Zq_reusing_the_current_directions_matches_the_general_path(alpha):
+    # right after an update the stored directions are the current ones, and log_Zq forms Wᵀv once for the
+    # cavity, the stored sites' removal and the g-differences; the general path forms it along each
+    model, X, y = classification_problem(N=12)
+    ep, st = run_ep(model, X, y, 20, alpha=alpha, factor="likelihood")
+    fac = ep.factors(model, y)
+    sites = TiedSites(st.Lam, st.h)
+    V_old = st.V.transpose(0, 1)
+    assert torch.equal(V_old, directions(model, X, model.chol_Kuu())[0].detach())   # the reuse applies
+
+    def value_and_grads(V_stored, **kw):
+        model.zero_grad()
+        value = log_Zq(model, sites, fac, X, V_stored, st.c1, st.c2, alpha, 1.0, **kw)
+        value.backward()
+        return value.detach(), [p.grad.clone() for p in model.parameters()]
+
+    general = value_and_grads(V_old.clone().requires_grad_())      # a stored V with a graph is never reused
+    for got in (value_and_grads(V_old), value_and_grads(V_old, current=True)):
+        torch.testing.assert_close(got[0], general[0], rtol=1e-13, atol=0)
+        for a, b in zip(got[1], general[1]):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_damping_anneals_per_pass_over_the_data():
     # a minibatch of B rows advances the damping clock by B/N: one epoch of minibatches anneals as one batch update
     from sgpc.sep import SEP

@@ -244,7 +244,8 @@ def _gather(t: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
 
 
 def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor,
-                      latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                      latent: torch.Tensor, R: torch.Tensor | None = None, Ro: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cavity marginals of v_ilᵀu_l at every factor slot, after removing that factor's site.
 
     Args:
@@ -252,12 +253,13 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
         V: current directions [L,B,M]; V_old: directions the sites were stored along [L,B,M].
         c1, c2: the factors' site parameters (already multiplied by α for Power EP) [B,F,T].
         latent: [B,F,T].
+        R, Ro: Wᵀv along V and along V_old ([L,B,M], q's square root W), if the caller has them.
     Returns:
         cavity mean [B,F,T], cavity var [B,F,T] (of the projection, without s_i),
         and q's own projection marginals along V_old, mean [B,F,T], var [B,F,T] (for g-differences).
     """
-    R = V @ q.W                                                          # Wᵀv      [L,B,M]  (S = WWᵀ)
-    Ro = R if V_old is V else V_old @ q.W
+    R = V @ q.W if R is None else R                                      # Wᵀv      [L,B,M]  (S = WWᵀ)
+    Ro = (R if V_old is V else V_old @ q.W) if Ro is None else Ro
     s_cc = (R * R).sum(-1)                                               # vᵀSv     [L,B]
     s_co = s_cc if V_old is V else (R * Ro).sum(-1)                      # vᵀSv_o
     s_oo = s_cc if V_old is V else (Ro * Ro).sum(-1)
@@ -324,7 +326,8 @@ def _g1(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
 def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor, V_old: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
            q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
-           LPb: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+           LPb: tuple[torch.Tensor, torch.Tensor] | None = None, R: torch.Tensor | None = None,
+           current: bool = False) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
@@ -333,7 +336,9 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
         alpha: the power; scale: N/|B|.
         Lk, q, Vs, LPb: what a caller has already computed — the Cholesky factor of K_uu (differentiable),
             q = p(u)·θ̃ (detached), ``directions(model, X, Lk)`` and the Cholesky factor of
-            ``_whitened_precision(Lk, sites)`` with its linear term (differentiable).
+            ``_whitened_precision(Lk, sites)`` with its linear term (differentiable); R: V @ q.W
+            (differentiable in V); current: V_old is V detached and q.W is
+            detached (so R serves both; otherwise they are compared, outside ``torch.compile``).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
@@ -346,12 +351,22 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     V, s = directions(model, X, Lk) if Vs is None else Vs
     latent = factors.latent
     ac1, ac2 = alpha * c1, alpha * c2
-    mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent)
+    R = V @ q.W if R is None else R
+    # the stored directions are the current ones in a full-batch loss right after its update (and SEP's are
+    # V detached): one product then serves both, where this took three [L,B,M]×[M,M] products
+    if V_old is V:
+        Ro = R
+    elif current or (not torch.compiler.is_compiling() and not (V_old.requires_grad or q.W.requires_grad)
+                     and torch.equal(V_old, V.detach())):
+        Ro = R.detach()
+    else:
+        Ro = V_old @ q.W
+    mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent, R=R, Ro=Ro)
     sg = _gather(s, latent)
     logZ = factors.log_Z(mean_cav, var_cav + sg).masked_fill(~factors.mask, 0.0)
     with torch.no_grad():
         # g(θ^{\f}) − g(θ) along the stored directions (exact rank-one removal)
-        mo_c, vo_c, m_o, s_oo = cavity_projection(q, V_old, V_old, ac1, ac2, latent)
+        mo_c, vo_c, m_o, s_oo = cavity_projection(q, V_old, V_old, ac1, ac2, latent, R=Ro, Ro=Ro)
         # a direction with no variance under q (k(x_i, Z) ≈ 0, e.g. a tiny length-scale) carries a
         # site that changes nothing: its term is the limit 0, not 0/0
         flat = (c1 == 0) | (s_oo <= torch.finfo(s_oo.dtype).tiny) | (vo_c <= torch.finfo(vo_c.dtype).tiny)

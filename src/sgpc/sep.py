@@ -296,15 +296,17 @@ class SEP:
             with torch.no_grad():
                 Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
                 c1, c2, _ = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
+                q = q_from_precision(Lkd, *Pb, LP=LP.detach())
+            R = V @ q.W                                                  # Wᵀv, differentiable in V: log_Zq's too
+            with torch.no_grad():
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                q = q_from_precision(Lkd, *Pb, LP=LP.detach())
-                s_q = _gather((Vd @ q.W).square().sum(-1), fac.latent)
+                s_q = _gather(R.detach().square().sum(-1), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
-                           LPb=(LP, b))
+                           LPb=(LP, b), R=R, current=True)
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)
         P, b = _whitened_precision(Lk, sites)
