@@ -1,4 +1,4 @@
-"""Milliseconds per VI training step (minibatch, Adam) at a peer-benchmark shape, in this process.
+"""Milliseconds per training step (minibatch, Adam; or full batch with --b 0) at a peer-benchmark shape, in this process.
 
 The step of ``peers_throughput.py`` without the peers or the wall-clock budget: k-means inducing inputs,
 ℓ = √D, Adam 0.01 (--adam: fused as in ``train.fit``), random minibatches; 20 warm-up steps, then the median of --repeats timings of
@@ -54,7 +54,9 @@ def main() -> None:
     ap.add_argument("--set", default="satimage")
     ap.add_argument("--method", default="vi", help="any minibatch method: vi, sep, apep, arpep, rpapep")
     ap.add_argument("--m", type=int, default=100)
-    ap.add_argument("--b", type=int, default=200)
+    ap.add_argument("--b", type=int, default=200, help="minibatch size; 0: full batch (every step updates and "
+                    "differentiates on all training rows, a batch fit's iteration; with --method pep or ep)")
+    ap.add_argument("--alpha", type=float, default=None, help="Power EP's α (pep, apep, arpep, rpapep)")
     ap.add_argument("--shared", action="store_true", help="one kernel and one Z for all classes (GPflow's model)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5)
@@ -77,8 +79,10 @@ def main() -> None:
     from sgpc.estimator import GPClassifier
     from sgpc.train import _compiled
     X, y, _, _, C = _data(args.set)
-    est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=args.b,
-                       shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype)
+    full = args.b == 0
+    est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=None if full else args.b,
+                       shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype,
+                       **({} if args.alpha is None else {"alpha": args.alpha}))
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()
@@ -97,9 +101,12 @@ def main() -> None:
     loss = lambda xb, yb: loss_fn(model, state, xb, yb, N)
 
     def step():
-        idx = torch.randint(0, N, (args.b,), generator=g).to(args.device)
         nonlocal state
-        xb, yb = Xt[idx], yt[idx]             # one minibatch object for both calls, as in train.fit (SEP's loss
+        if full:
+            xb, yb = Xt, yt
+        else:
+            idx = torch.randint(0, N, (args.b,), generator=g).to(args.device)
+            xb, yb = Xt[idx], yt[idx]         # one minibatch object for both calls, as in train.fit (SEP's loss
         state = engine.update(model, state, xb, yb, N, None)   # reuses the site step's kernel matrices for it)
         opt.zero_grad()
         loss(xb, yb).backward()
@@ -120,12 +127,13 @@ def main() -> None:
         sync()
         times.append(1e3 * (time.perf_counter() - t0) / args.steps)
     # a finite objective: the step really trained (on copies, as the minibatches are, not views of Xt)
-    final_loss = float(loss(Xt[:args.b].clone(), yt[:args.b].clone()).detach())
+    rows = N if full else args.b
+    final_loss = float(loss(Xt[:rows].clone(), yt[:rows].clone()).detach())
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
            "ms_per_step_median": statistics.median(times), "final_loss_first_rows": final_loss,
            "device_name": torch.cuda.get_device_name() if cuda else None}
     if args.count_ops:
-        out["ops_per_step"] = count_ops(loss, opt, Xt, yt, args.b, g)
+        out["ops_per_step"] = count_ops(loss, opt, Xt, yt, rows, g)
         print("operators dispatched per step:", out["ops_per_step"])
     print(f"{args.method} {args.set} M={args.m} B={args.b} shared={args.shared} {args.device} {args.dtype} "
           f"compile={args.compile and args.compile_mode}: {out['ms_per_step_median']:.2f} ms/step, first step "
