@@ -6,7 +6,7 @@ training points), 500 iterations: PEP with the adaptive rate of App. A, APEP/ARP
 each method; the average rank per α is the paper's Figure 1.
 
     python benchmarks/alpha_uci.py [--methods pep apep arpep rpapep] [--alphas 0.001 0.1 ... 1]
-                                   [--fractions 0.1] [--splits 5] [--first-split 0] [--iters 500]
+                                   [--fractions 0.1] [--splits 5] [--first-split 0] [--iters 500] [--device cuda]
     python benchmarks/alpha_uci.py --merge results/a.json results/b.json --out alpha_uci_merged [--alphas ...]
 
 Writes results/alpha_uci.json (every run, and average ranks per method and α).
@@ -158,6 +158,7 @@ def main():
                     help="only merge these result files (runs of several invocations) and print the ranks")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="torch device of the fits, e.g. cuda")
     ap.add_argument("--out", default="alpha_uci")
     args = ap.parse_args()
     if args.merge:
@@ -173,7 +174,8 @@ def main():
                     for method in args.methods:
                         for a in args.alphas:
                             try:
-                                r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a)
+                                r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a,
+                                        **({} if args.device == "cpu" else {"device": args.device}))
                             except (ArithmeticError, RuntimeError, ValueError) as exc:
                                 # one failed fit is a row (left out of the ranks), not the end of the sweep
                                 r = {"set": name, "method": method, "alpha": a, "fraction": f, "seed": seed,
@@ -182,7 +184,8 @@ def main():
                             rows.append(r)
                             print(f"{name:12s} {method:6s} alpha={a:<5g} M={r['M']:4d} seed={seed} "
                                   f"err={r['error']:.3f} nll={r['nll']:.3f} t={r['time_s']:.1f}s", flush=True)
-                    write(args.out, {"config": vars(args), "runs": rows, "ranks": ranks(rows)})
+                            # after every fit: a sweep stopped part-way keeps what it finished
+                            write(args.out, {"config": vars(args), "runs": rows, "ranks": ranks(rows)})
     except DataNotFoundError as exc:
         raise SystemExit(str(exc))
     path = write(args.out, {"config": vars(args), "runs": rows, "ranks": ranks(rows)})
