@@ -226,6 +226,38 @@ def test_log_Zq_reusing_the_current_directions_matches_the_general_path(alpha):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("batch_size,alpha", [(None, 1.0), (None, 0.5), (6, 0.5)])
+def test_the_loss_reuses_the_updates_directions_only_when_nothing_changed(batch_size, alpha, monkeypatch):
+    # EP.update keeps L_K and the directions (built with autograd on) for the loss of the same step, as SEP's
+    # does: a fit with that reuse must be bitwise the fit without it, and the loss must not take them for
+    # other inputs, after a parameter changed, or a second time
+    def run(reuse):
+        if not reuse:
+            monkeypatch.setattr(EP, "_recall", lambda self, model, X: None)
+        model, X, y = classification_problem(N=18)
+        ep = EP(alpha=alpha, factor="likelihood")
+        st = ep.init(model, X, y, None)
+        st, _ = fit(model, ep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=8, batch_size=batch_size),
+                    generator=torch.Generator().manual_seed(0))
+        monkeypatch.undo()
+        return [p.detach().clone() for p in model.parameters()], st
+
+    (with_reuse, st1), (without, st2) = run(True), run(False)
+    assert all(torch.equal(a, b) for a, b in zip(with_reuse, without))
+    assert torch.equal(st1.Lam, st2.Lam) and torch.equal(st1.c1, st2.c1)
+
+    model, X, y = classification_problem(N=12)
+    ep = EP(alpha=alpha, factor="likelihood")
+    st = ep.update(model, ep.init(model, X, y, None), X, y, 12)
+    assert ep._recall(model, X) is not None and ep._recall(model, X) is None          # handed over once
+    ep.update(model, st, X, y, 12)
+    assert ep._recall(model, X.clone()) is None                                         # other inputs
+    ep.update(model, st, X, y, 12)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.0)                                               # a step in place
+    assert ep._recall(model, X) is None
+
+
 def test_damping_anneals_per_pass_over_the_data():
     # a minibatch of B rows advances the damping clock by B/N: one epoch of minibatches anneals as one batch update
     from sgpc.sep import SEP

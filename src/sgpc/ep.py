@@ -33,6 +33,7 @@ What this module does not do: EP in function space (``fitc_ep.py``) or tied site
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -377,6 +378,51 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     return global_term + scale * local
 
 
+def _versions(model: SparseGP) -> tuple[int, ...]:
+    """Every parameter's in-place version counter (an optimiser step or a copy into it raises it)."""
+    return tuple(p._version for p in model.parameters())
+
+
+class GeometryCache:
+    """What a site update and the loss of the same training step share: L_K and the directions.
+
+    The update builds them with autograd on and keeps them (one entry) for the loss, which needs them
+    differentiable and would otherwise form K_uu and K_uf a second time: about a sixth of an MNIST-shaped SEP
+    step (profile in docs/results-scale.md, "Faster steps"), the directions' two triangular solves of a
+    full-batch EP iteration. For EP and SEP, frozen dataclasses: the entry is set with object.__setattr__.
+    """
+
+    def _geometry(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L_K and ``directions(model, X, L_K)`` for the site update, detached; kept for ``_recall``.
+
+        ``_recall`` hands them over only for the same X and parameters unchanged since (every parameter's
+        version counter), and only once. Not for a hybrid model (its feature extractor's dropout draws anew
+        per forward pass) or inside torch.compile."""
+        keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
+            any(p.requires_grad for p in model.parameters())
+        with torch.enable_grad() if keep else nullcontext():
+            Lk, V, s = self._fresh_geometry(model, X)
+        if keep:
+            object.__setattr__(self, "_kept", (X, _versions(model), Lk, V, s))
+        return Lk.detach(), V.detach(), s.detach()
+
+    def _recall(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """What ``_geometry`` kept, if it was built for this X and these parameters (and forget it)."""
+        kept = self.__dict__.get("_kept")
+        if kept is None:
+            return None
+        object.__setattr__(self, "_kept", None)
+        if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
+            return None
+        return kept[2:]
+
+    @staticmethod
+    def _fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
+        Lk = model.chol_Kuu()
+        return (Lk, *directions(model, X, Lk))
+
+
 # ----------------------------------------------------------------------------------------------
 # The EP / Power EP engine
 # ----------------------------------------------------------------------------------------------
@@ -404,7 +450,7 @@ class EPState:
 
 
 @dataclass(frozen=True)
-class EP:
+class EP(GeometryCache):
     """Settings of EP (``alpha=1``) and Power EP (``alpha`` in (0, 1]).
 
     Attributes:
@@ -512,11 +558,10 @@ class EP:
         """One parallel damped EP update of the factors of the minibatch (App. E)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        Lk = model.chol_Kuu()                   # one factorisation of K_uu for the whole step
+        Lk, V, s = self._geometry(model, X)     # one factorisation of K_uu for the whole step; V [L,B,M], s [L,B]
         state = self.restore(model, state, Lk)
         sites = TiedSites(state.Lam, state.h)
         q = q_state(model, sites, Lk)
-        V, s = directions(model, X, q.Lk)                                # [L,B,M], [L,B]
         V_old = state.V[idx].transpose(0, 1)
         c1_old, c2_old = state.c1[idx], state.c2[idx]
         a = self.alpha
@@ -578,8 +623,9 @@ class EP:
         """−log Z_q estimate on the minibatch (eq. 12 scaling), gradient per eq. (62)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
+        Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)    # differentiable, eq. (62)
         return -log_Zq(model, TiedSites(state.Lam, state.h), fac, X, state.V[idx].transpose(0, 1),
-                       state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0])
+                       state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0], Lk=Lk, Vs=(V, s))
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: EPState) -> InducingPosterior:

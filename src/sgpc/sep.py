@@ -33,13 +33,12 @@ What this module does not do: per-site storage (``ep.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd, _whitened_precision,
-                 cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
+from .ep import (FACTOR_KINDS, Factors, GeometryCache, TiedSites, _gather, annealed_damping, _is_pd,
+                 _whitened_precision, cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
                  per_latent, q_from_precision, q_state, site_update)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
@@ -81,13 +80,8 @@ LOG_Z_KINDS = ("local", "tied")
 REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv < this (the cavity stays proper along v)
 
 
-def _versions(model: SparseGP) -> tuple[int, ...]:
-    """Every parameter's in-place version counter (an optimiser step or a copy into it raises it)."""
-    return tuple(p._version for p in model.parameters())
-
-
 @dataclass(frozen=True)
-class SEP:
+class SEP(GeometryCache):
     """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1); ``log_z``: which
     estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
@@ -166,33 +160,6 @@ class SEP:
         if reduce is not None:
             reduce(inc)
         return self.apply(model, state, inc, Lk, restored=True, P0=P)
-
-    def _geometry(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L_K and ``directions(model, X, L_K)`` for the site update, detached.
-
-        They are built with autograd on and kept (one entry) for the loss of the same training step, which
-        needs them differentiable and would otherwise form K_uu and K_uf a second time: about a sixth of an
-        MNIST-shaped SEP step (profile in docs/results-scale.md, "Faster steps"). ``_recall`` hands them
-        over only for the same X and parameters unchanged since (every parameter's version counter), and
-        only once. Not for a hybrid model (its feature extractor's dropout draws anew per forward pass) or
-        inside torch.compile."""
-        keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
-            any(p.requires_grad for p in model.parameters())
-        with torch.enable_grad() if keep else nullcontext():
-            Lk, V, s = self._fresh_geometry(model, X)
-        if keep:
-            object.__setattr__(self, "_kept", (X, _versions(model), Lk, V, s))
-        return Lk.detach(), V.detach(), s.detach()
-
-    def _recall(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """What ``_geometry`` kept, if it was built for this X and these parameters (and forget it)."""
-        kept = self.__dict__.get("_kept")
-        if kept is None:
-            return None
-        object.__setattr__(self, "_kept", None)
-        if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
-            return None
-        return kept[2:]
 
     @torch.no_grad()
     def restore(self, model: SparseGP, state: SEPState, Lk: torch.Tensor | None = None) -> SEPState:
@@ -321,12 +288,6 @@ class SEP:
         logZ = fac.log_Z(mean_cav, var_cav + _gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
         gsum = (G[fac.latent] * fac.mask[..., None]).sum()
         return -(global_term + (n_total / X.shape[0]) * (logZ.sum() + gsum))
-
-    @staticmethod
-    def _fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
-        Lk = model.chol_Kuu()
-        return (Lk, *directions(model, X, Lk))
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: SEPState) -> InducingPosterior:
