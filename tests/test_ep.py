@@ -6,7 +6,9 @@ import torch
 from scipy.stats import norm
 
 from sgpc import kernels as K
-from sgpc.ep import EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state
+from sgpc import ep as ep_module
+from sgpc.ep import (EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state,
+                     recall_geometry)
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP
 from sgpc.train import TrainSettings, fit
@@ -233,7 +235,7 @@ def test_the_loss_reuses_the_updates_directions_only_when_nothing_changed(batch_
     # other inputs, after a parameter changed, or a second time
     def run(reuse):
         if not reuse:
-            monkeypatch.setattr(EP, "_recall", lambda self, model, X: None)
+            monkeypatch.setattr(ep_module, "recall_geometry", lambda engine, model, X: None)
         model, X, y = classification_problem(N=18)
         ep = EP(alpha=alpha, factor="likelihood")
         st = ep.init(model, X, y, None)
@@ -249,13 +251,13 @@ def test_the_loss_reuses_the_updates_directions_only_when_nothing_changed(batch_
     model, X, y = classification_problem(N=12)
     ep = EP(alpha=alpha, factor="likelihood")
     st = ep.update(model, ep.init(model, X, y, None), X, y, 12)
-    assert ep._recall(model, X) is not None and ep._recall(model, X) is None          # handed over once
+    assert recall_geometry(ep, model, X) is not None and recall_geometry(ep, model, X) is None   # once
     ep.update(model, st, X, y, 12)
-    assert ep._recall(model, X.clone()) is None                                         # other inputs
+    assert recall_geometry(ep, model, X.clone()) is None                                   # other inputs
     ep.update(model, st, X, y, 12)
     with torch.no_grad():
         next(model.parameters()).add_(0.0)                                               # a step in place
-    assert ep._recall(model, X) is None
+    assert recall_geometry(ep, model, X) is None
 
 
 def test_damping_anneals_per_pass_over_the_data():

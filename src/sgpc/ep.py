@@ -383,44 +383,41 @@ def _versions(model: SparseGP) -> tuple[int, ...]:
     return tuple(p._version for p in model.parameters())
 
 
-class GeometryCache:
-    """What a site update and the loss of the same training step share: L_K and the directions.
+# The kernel geometry of one training step, shared by its site update and its loss. The update builds L_K and
+# the directions with autograd on and keeps them (one entry, on the engine: EP and SEP are frozen dataclasses,
+# so it is set with object.__setattr__) for the loss, which needs them differentiable and would otherwise form
+# K_uu and K_uf a second time: about a sixth of an MNIST-shaped SEP step (docs/results-scale.md, "Faster
+# steps"), K_uf and two triangular solves of a full-batch EP iteration. The loss takes them only for the same X
+# and parameters unchanged since (every parameter's version counter), and only once.
 
-    The update builds them with autograd on and keeps them (one entry) for the loss, which needs them
-    differentiable and would otherwise form K_uu and K_uf a second time: about a sixth of an MNIST-shaped SEP
-    step (profile in docs/results-scale.md, "Faster steps"), the directions' two triangular solves of a
-    full-batch EP iteration. For EP and SEP, frozen dataclasses: the entry is set with object.__setattr__.
-    """
+def fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
+    Lk = model.chol_Kuu()
+    return (Lk, *directions(model, X, Lk))
 
-    def _geometry(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L_K and ``directions(model, X, L_K)`` for the site update, detached; kept for ``_recall``.
 
-        ``_recall`` hands them over only for the same X and parameters unchanged since (every parameter's
-        version counter), and only once. Not for a hybrid model (its feature extractor's dropout draws anew
-        per forward pass) or inside torch.compile."""
-        keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
-            any(p.requires_grad for p in model.parameters())
-        with torch.enable_grad() if keep else nullcontext():
-            Lk, V, s = self._fresh_geometry(model, X)
-        if keep:
-            object.__setattr__(self, "_kept", (X, _versions(model), Lk, V, s))
-        return Lk.detach(), V.detach(), s.detach()
+def update_geometry(engine, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """L_K and the directions for a site update, detached; kept on ``engine`` for ``recall_geometry``. Not
+    for a hybrid model (its feature extractor's dropout draws anew per forward pass) or inside torch.compile."""
+    keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
+        any(p.requires_grad for p in model.parameters())
+    with torch.enable_grad() if keep else nullcontext():
+        Lk, V, s = fresh_geometry(model, X)
+    if keep:
+        object.__setattr__(engine, "_kept", (X, _versions(model), Lk, V, s))
+    return Lk.detach(), V.detach(), s.detach()
 
-    def _recall(self, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """What ``_geometry`` kept, if it was built for this X and these parameters (and forget it)."""
-        kept = self.__dict__.get("_kept")
-        if kept is None:
-            return None
-        object.__setattr__(self, "_kept", None)
-        if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
-            return None
-        return kept[2:]
 
-    @staticmethod
-    def _fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
-        Lk = model.chol_Kuu()
-        return (Lk, *directions(model, X, Lk))
+def recall_geometry(engine, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """What ``update_geometry`` kept on ``engine``, if it was built for this X and these parameters (and
+    forget it)."""
+    kept = engine.__dict__.get("_kept")
+    if kept is None:
+        return None
+    object.__setattr__(engine, "_kept", None)
+    if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
+        return None
+    return kept[2:]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -450,7 +447,7 @@ class EPState:
 
 
 @dataclass(frozen=True)
-class EP(GeometryCache):
+class EP:
     """Settings of EP (``alpha=1``) and Power EP (``alpha`` in (0, 1]).
 
     Attributes:
@@ -558,7 +555,7 @@ class EP(GeometryCache):
         """One parallel damped EP update of the factors of the minibatch (App. E)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        Lk, V, s = self._geometry(model, X)     # one factorisation of K_uu for the whole step; V [L,B,M], s [L,B]
+        Lk, V, s = update_geometry(self, model, X)    # one factorisation of K_uu for the step; V [L,B,M], s [L,B]
         state = self.restore(model, state, Lk)
         sites = TiedSites(state.Lam, state.h)
         q = q_state(model, sites, Lk)
@@ -623,7 +620,7 @@ class EP(GeometryCache):
         """−log Z_q estimate on the minibatch (eq. 12 scaling), gradient per eq. (62)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)    # differentiable, eq. (62)
+        Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)    # differentiable, eq. (62)
         return -log_Zq(model, TiedSites(state.Lam, state.h), fac, X, state.V[idx].transpose(0, 1),
                        state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0], Lk=Lk, Vs=(V, s))
 

@@ -37,9 +37,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .ep import (FACTOR_KINDS, Factors, GeometryCache, TiedSites, _gather, annealed_damping, _is_pd,
+from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd,
                  _whitened_precision, cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
-                 per_latent, q_from_precision, q_state, site_update)
+                 per_latent, q_from_precision, q_state, recall_geometry, site_update,
+                 fresh_geometry, update_geometry)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -81,7 +82,7 @@ REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv 
 
 
 @dataclass(frozen=True)
-class SEP(GeometryCache):
+class SEP:
     """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1); ``log_z``: which
     estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
@@ -154,7 +155,7 @@ class SEP(GeometryCache):
                reduce: Callable[[SEPIncrement], object] | None = None) -> SEPState:
         """One parallel damped SEP update over the minibatch: ``apply(increment(...))``. ``reduce`` (data-
         parallel training) sums the increment over the ranks in place before it is applied."""
-        Lk, V, s = self._geometry(model, X)     # one factorisation of K_uu for the whole step
+        Lk, V, s = update_geometry(self, model, X)     # one factorisation of K_uu for the whole step
         state, P, b = self._restore(state, Lk)  # and one whitened precision of the tied site
         inc = self.increment(model, state, X, y, Lk, Pb=(P, b), Vs=(V, s))
         if reduce is not None:
@@ -257,7 +258,7 @@ class SEP(GeometryCache):
         fac = self.factors(model, y)
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
-            Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)   # differentiable, eq. (62)
+            Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)   # differentiable, eq. (62)
             P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
             LP = cholesky(P, jitter=0.0, what="EP posterior precision")
             with torch.no_grad():
@@ -275,7 +276,7 @@ class SEP(GeometryCache):
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
                            LPb=(LP, b), R=R, current=True)
         sites = TiedSites(state.Lam, state.h)
-        Lk, V, s = self._recall(model, X) or self._fresh_geometry(model, X)
+        Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)
         P, b = _whitened_precision(Lk, sites)
         g_q = g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)   # [L], differentiable
         global_term = g_q.sum()
