@@ -7,9 +7,11 @@ from scipy.stats import norm
 
 from sgpc import kernels as K
 from sgpc import ep as ep_module
+from sgpc import sep as sep_module
 from sgpc.ep import (EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state,
                      recall_geometry)
 from sgpc.likelihoods import RobustMax
+from sgpc.sep import SEP
 from sgpc.sparse import SparseGP
 from sgpc.train import TrainSettings, fit
 from support import GaussianLikelihood, assert_gradient_matches_fd, classification_problem
@@ -228,36 +230,45 @@ def test_log_Zq_reusing_the_current_directions_matches_the_general_path(alpha):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("batch_size,alpha", [(None, 1.0), (None, 0.5), (6, 0.5)])
-def test_the_loss_reuses_the_updates_directions_only_when_nothing_changed(batch_size, alpha, monkeypatch):
-    # EP.update keeps L_K and the directions (built with autograd on) for the loss of the same step, as SEP's
-    # does: a fit with that reuse must be bitwise the fit without it, and the loss must not take them for
-    # other inputs, after a parameter changed, or a second time
+ENGINES_SHARING_GEOMETRY = {
+    "sep-local": (lambda: SEP(log_z="local"), 10), "sep-tied": (lambda: SEP(log_z="tied"), 10),
+    "ep": (lambda: EP(factor="likelihood"), None), "pep": (lambda: EP(alpha=0.5, factor="likelihood"), None),
+    "pep-minibatch": (lambda: EP(alpha=0.5, factor="likelihood"), 10)}
+
+
+@pytest.mark.parametrize("name", ENGINES_SHARING_GEOMETRY)
+def test_the_loss_reuses_the_updates_geometry_only_when_nothing_changed(name, monkeypatch):
+    # EP.update and SEP.update keep L_K and the directions (built with autograd on) for the loss of the same
+    # step: a fit with that reuse must be bitwise the fit without it, and the loss must not take them for
+    # other inputs, after any parameter changed, or a second time
+    make, batch_size = ENGINES_SHARING_GEOMETRY[name]
+
     def run(reuse):
         if not reuse:
-            monkeypatch.setattr(ep_module, "recall_geometry", lambda engine, model, X: None)
-        model, X, y = classification_problem(N=18)
-        ep = EP(alpha=alpha, factor="likelihood")
-        st = ep.init(model, X, y, None)
-        st, _ = fit(model, ep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=8, batch_size=batch_size),
+            for module in (ep_module, sep_module):
+                monkeypatch.setattr(module, "recall_geometry", lambda engine, model, X: None)
+        model, X, y = classification_problem(N=40)
+        engine = make()
+        st = engine.init(model, X, y, None)
+        st, _ = fit(model, engine, st, X, y, TrainSettings(learning_rate=0.02, max_iter=12, batch_size=batch_size),
                     generator=torch.Generator().manual_seed(0))
         monkeypatch.undo()
         return [p.detach().clone() for p in model.parameters()], st
 
     (with_reuse, st1), (without, st2) = run(True), run(False)
     assert all(torch.equal(a, b) for a, b in zip(with_reuse, without))
-    assert torch.equal(st1.Lam, st2.Lam) and torch.equal(st1.c1, st2.c1)
+    assert torch.equal(st1.Lam, st2.Lam) and torch.equal(st1.h, st2.h)
 
     model, X, y = classification_problem(N=12)
-    ep = EP(alpha=alpha, factor="likelihood")
-    st = ep.update(model, ep.init(model, X, y, None), X, y, 12)
-    assert recall_geometry(ep, model, X) is not None and recall_geometry(ep, model, X) is None   # once
-    ep.update(model, st, X, y, 12)
-    assert recall_geometry(ep, model, X.clone()) is None                                   # other inputs
-    ep.update(model, st, X, y, 12)
+    engine = make()
+    st = engine.update(model, engine.init(model, X, y, None), X, y, 12)
+    assert recall_geometry(engine, model, X) is not None and recall_geometry(engine, model, X) is None   # once
+    engine.update(model, st, X, y, 12)
+    assert recall_geometry(engine, model, X.clone()) is None                               # other inputs
+    engine.update(model, st, X, y, 12)
     with torch.no_grad():
         next(model.parameters()).add_(0.0)                                               # a step in place
-    assert recall_geometry(ep, model, X) is None
+    assert recall_geometry(engine, model, X) is None
 
 
 def test_damping_anneals_per_pass_over_the_data():

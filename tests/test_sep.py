@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from sgpc import kernels as K
-from sgpc import sep as sep_module
-from sgpc.ep import EP, recall_geometry
+from sgpc.ep import EP
 from sgpc.likelihoods import RobustMax
 from sgpc.sep import SEP
 from sgpc.sparse import SparseGP
@@ -173,33 +172,3 @@ def test_cavity_precision_from_the_tied_sites_precision():
     torch.testing.assert_close(q_state(Model(), TiedSites(state.Lam, state.h)).W, q.W, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kind", ["local", "tied"])
-def test_the_loss_reuses_the_site_updates_kernel_matrices_only_when_nothing_changed(kind, monkeypatch):
-    # SEP.update keeps L_K and the directions (built with autograd on) for the loss of the same step; a fit
-    # with that reuse must be bitwise the fit without it, and the loss must not take them for other inputs,
-    # after any parameter changed, or a second time
-    def run(reuse):
-        if not reuse:
-            monkeypatch.setattr(sep_module, "recall_geometry", lambda engine, model, X: None)
-        model, X, y = problem(40)
-        sep = SEP(log_z=kind)
-        st = sep.init(model, X, y, None)
-        st, _ = fit(model, sep, st, X, y, TrainSettings(learning_rate=0.02, max_iter=15, batch_size=10),
-                    generator=torch.Generator().manual_seed(0))
-        monkeypatch.undo()
-        return [p.detach().clone() for p in model.parameters()], st
-
-    (with_reuse, st1), (without, st2) = run(True), run(False)
-    assert all(torch.equal(a, b) for a, b in zip(with_reuse, without))
-    assert torch.equal(st1.Lam, st2.Lam) and torch.equal(st1.h, st2.h)
-
-    model, X, y = problem(12)
-    sep = SEP(log_z=kind)
-    st = sep.update(model, sep.init(model, X, y, None), X, y, 12)
-    assert recall_geometry(sep, model, X) is not None and recall_geometry(sep, model, X) is None   # once
-    sep.update(model, st, X, y, 12)
-    assert recall_geometry(sep, model, X.clone()) is None                                  # other inputs
-    sep.update(model, st, X, y, 12)
-    with torch.no_grad():
-        next(model.parameters()).add_(0.0)                                                # a step in place
-    assert recall_geometry(sep, model, X) is None
