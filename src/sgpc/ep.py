@@ -355,19 +355,20 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     R = V @ q.W if R is None else R
     # the stored directions are the current ones in a full-batch loss right after its update (and SEP's are
     # V detached): one product then serves both, where this took three [L,B,M]×[M,M] products
-    if V_old is V:
-        Ro = R
-    elif current or (not torch.compiler.is_compiling() and not (V_old.requires_grad or q.W.requires_grad)
-                     and torch.equal(V_old, V.detach())):
-        Ro = R.detach()
-    else:
-        Ro = V_old @ q.W
-    mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent, R=R, Ro=Ro)
+    same = V_old is V or current or (not torch.compiler.is_compiling() and not (V_old.requires_grad or
+                                     q.W.requires_grad) and torch.equal(V_old, V.detach()))
+    Ro = R if V_old is V else R.detach() if same else V_old @ q.W
+    mean_cav, var_cav, m_o, s_oo = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent, R=R, Ro=Ro)
     sg = _gather(s, latent)
     logZ = factors.log_Z(mean_cav, var_cav + sg).masked_fill(~factors.mask, 0.0)
     with torch.no_grad():
-        # g(θ^{\f}) − g(θ) along the stored directions (exact rank-one removal)
-        mo_c, vo_c, m_o, s_oo = cavity_projection(q, V_old, V_old, ac1, ac2, latent, R=Ro, Ro=Ro)
+        # g(θ^{\f}) − g(θ) along the stored directions (exact rank-one removal); along the current ones the
+        # cavity is the one above, and q's own marginals along V_old came with it either way
+        m_o, s_oo = m_o.detach(), s_oo.detach()
+        if same:
+            mo_c, vo_c = mean_cav.detach(), var_cav.detach()
+        else:
+            mo_c, vo_c, _, _ = cavity_projection(q, V_old, V_old, ac1, ac2, latent, R=Ro, Ro=Ro)
         # a direction with no variance under q (k(x_i, Z) ≈ 0, e.g. a tiny length-scale) carries a
         # site that changes nothing: its term is the limit 0, not 0/0
         flat = (c1 == 0) | (s_oo <= torch.finfo(s_oo.dtype).tiny) | (vo_c <= torch.finfo(vo_c.dtype).tiny)

@@ -39,8 +39,8 @@ import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd,
                  _whitened_precision, cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
-                 per_latent, q_from_precision, q_state, recall_geometry, site_update,
-                 fresh_geometry, update_geometry)
+                 fresh_geometry, per_latent, q_from_precision, q_state, recall_geometry, site_update,
+                 update_geometry)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
