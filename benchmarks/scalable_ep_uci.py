@@ -50,14 +50,20 @@ PAPER_ERR = {
 OPTIMIZER = {"ep": ("adaptive", 0.1), "sep": ("adaptive", 0.1), "vi": ("lbfgs", 1.0), "gfitc": ("lbfgs", 1.0)}
 
 
+def classifier(method, M, seed, iters, optimizer=None, **params) -> GPClassifier:
+    """The protocol's estimator: M random training rows as inducing inputs, the method's optimizer (or
+    ``optimizer`` = (name, rate)), ``iters`` iterations, seeded by the split."""
+    opt, lr = optimizer or OPTIMIZER[method]
+    return GPClassifier(method=method, n_inducing=M, inducing_init="random", optimizer=opt, learning_rate=lr,
+                        max_iter=iters, random_state=seed, **params)
+
+
 def run(name, method, fraction, seed, iters, optimizer=None, keep_history=False, **params):
     """One fit and test evaluation; ``params`` go to GPClassifier (e.g. alpha); ``keep_history`` adds the
     fit's history under "history"."""
     Xtr, Xte, ytr, yte = train_test(name, seed=seed)
     M = max(1, int(round(fraction * len(Xtr))))
-    opt, lr = optimizer or OPTIMIZER[method]
-    clf = GPClassifier(method=method, n_inducing=M, inducing_init="random", optimizer=opt, learning_rate=lr,
-                       max_iter=iters, random_state=seed, **params)
+    clf = classifier(method, M, seed, iters, optimizer, **params)
     t0 = time.perf_counter()
     clf.fit(Xtr, ytr)
     t = time.perf_counter() - t0
