@@ -49,6 +49,44 @@ def count_ops(loss, opt, X, y, b: int, g: torch.Generator) -> dict:
     return counts
 
 
+def profile(step, steps: int, top: int = 15) -> dict:
+    """Where ``steps`` steps spend their time: the torch profiler's operators by self CPU time, per step, and
+    the robust-max quadrature's hard-pair fix-up (``quadrature._log_largest_panels``): the steps that call it
+    and its time forward (its backward runs inside the autograd operators)."""
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
+    from sgpc import quadrature
+    plain = quadrature._log_largest_panels
+    calls, rows, seconds = [0], [0], [0.0]
+
+    def timed(mean, *a, **kw):
+        calls[0] += 1
+        rows[0] += len(mean)
+        t0 = time.perf_counter()
+        with record_function("quadrature._log_largest_panels"):
+            out = plain(mean, *a, **kw)
+        seconds[0] += time.perf_counter() - t0
+        return out
+
+    quadrature._log_largest_panels = timed
+    hit = 0
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                before = calls[0]
+                step()
+                hit += calls[0] > before
+    finally:
+        quadrature._log_largest_panels = plain
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    n = max(calls[0], 1)
+    return {"steps": steps, "steps_calling_fixup": hit, "fixup_calls": calls[0], "fixup_rows_per_call": rows[0] / n,
+            "fixup_forward_ms_per_call": 1e3 * seconds[0] / n,
+            "top_ops": [{"name": e.key, "calls_per_step": e.count / steps,
+                         "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / steps,
+                         "cpu_ms_per_step_incl_children": e.cpu_time_total / 1e3 / steps} for e in ops]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="satimage")
@@ -72,6 +110,9 @@ def main() -> None:
     ap.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"],
                     help="Adam's implementation: fused is the library's since 2026-11-26 (foreach before, loop: torch's "
                          "CPU default, which the peers use)")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                    help="after the timings, profile this many more steps (operators by self CPU time, and the "
+                         "quadrature's hard-pair fix-up); profiled steps are slower and not in ms_per_step")
     ap.add_argument("--name", default="vi_step")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -132,6 +173,13 @@ def main() -> None:
     out = {"config": vars(args), "sgpc_path": sgpc.__file__, "first_step_s": first_step_s, "ms_per_step": times,
            "ms_per_step_median": statistics.median(times), "final_loss_first_rows": final_loss,
            "device_name": torch.cuda.get_device_name() if cuda else None}
+    if args.profile:
+        out["profile"] = profile(step, args.profile)
+        p = out["profile"]
+        print(f"profile of {p['steps']} steps: {p['steps_calling_fixup']} call the hard-pair fix-up "
+              f"({p['fixup_rows_per_call']:.1f} rows, {p['fixup_forward_ms_per_call']:.2f} ms forward per call)")
+        for e in p["top_ops"]:
+            print(f"  {e['name']:<45} {e['calls_per_step']:7.1f} calls {e['self_cpu_ms_per_step']:7.3f} ms self per step")
     if args.count_ops:
         out["ops_per_step"] = count_ops(loss, opt, Xt, yt, rows, g)
         print("operators dispatched per step:", out["ops_per_step"])
