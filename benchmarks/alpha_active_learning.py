@@ -13,13 +13,19 @@ the 1 000 rows with seed r. (Before 2026-11-24 PEP and APEP refit from scratch f
 iterations each round: ``--cold`` repeats that.)
 
     python benchmarks/alpha_active_learning.py --methods arpep rpapep --alphas 0.001 0.5 1 --repeats 5
+    python benchmarks/alpha_active_learning.py --methods arpep --repeats 2 --first-repeat 5 --out more
+    python benchmarks/alpha_active_learning.py --merge ../results/a.json ../results/more.json --out pooled
 
 Writes results/<--out>.json: the error curves of every (method, α, policy, repetition), their means,
-and the mean error reduction from the initial error (Fig. 7).
+and the mean error reduction from the initial error (Fig. 7). ``--first-repeat`` adds repetitions to
+an earlier run; ``--merge`` pools the runs of several files (a later file's run replaces an earlier one
+of the same method, α, policy and repetition), each run tagged with its file and that file's commit.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 
 import numpy as np
@@ -49,6 +55,9 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["arpep", "rpapep"], choices=sorted(OPT))
     ap.add_argument("--alphas", nargs="+", type=float, default=[0.001, 0.5, 1.0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--first-repeat", type=int, default=0, help="seed of the first repetition (to add repetitions)")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="JSON",
+                    help="only pool the runs of these result files and summarise them")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--inducing", type=int, default=20)
     ap.add_argument("--initial-iters", type=int, default=250)
@@ -61,11 +70,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="alpha_active_learning")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
     torch.set_num_threads(args.threads)
     d = load("waveform")
     X, y = np.asarray(d.X, dtype=np.float64), np.asarray(d.y)
     runs = []
-    for rep in range(args.repeats):
+    for rep in range(args.first_repeat, args.first_repeat + args.repeats):
         Xp, yp, Xt, yt = split(X, y, rep)
         for method in args.methods:
             for alpha in args.alphas:
@@ -86,11 +97,53 @@ def main():
                     print(f"rep {rep} {method:6s} α={alpha:<5g} {policy:7s} error {h['error'][0]:.3f} -> "
                           f"{h['error'][-1]:.3f} (mean {np.mean(h['error']):.3f}) t={runs[-1]['time_s']:.0f}s", flush=True)
                 write(args.out, {"config": vars(args), "runs": runs, "summary": summarise(runs)})
-    path = write(args.out, {"config": vars(args), "runs": runs, "summary": summarise(runs)})
+    path = write(args.out, {"config": vars(args), "runs": runs, "summary": summarise(runs),
+                            "entropy_minus_random": paired(runs)})
+    report(runs)
+    print("wrote", path)
+
+
+def merge(paths: list[str], out: str):
+    """Pool the runs of several result files; a later file's run replaces an earlier one of the same
+    (method, α, policy, repetition)."""
+    cells = {}
+    for p in paths:
+        with open(p) as fh:
+            d = json.load(fh)
+        for r in d["runs"]:
+            r = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
+            cells[(r["method"], r["alpha"], r["policy"], r["repeat"])] = r
+    runs = [cells[k] for k in sorted(cells)]
+    path = write(out, {"config": {"merged": paths}, "runs": runs, "summary": summarise(runs),
+                       "entropy_minus_random": paired(runs)})
+    report(runs)
+    print("wrote", path)
+
+
+def report(runs: list[dict]):
     for row in summarise(runs):
         print(row["method"], row["alpha"], row["policy"], f"error {row['error_start']:.3f} -> {row['error_end']:.3f}",
               f"reduction {row['reduction_end']:.3f} (n={row['n']})")
-    print("wrote", path)
+    for row in paired(runs):
+        print(row["method"], row["alpha"], f"final error entropy − random {row['mean']:+.4f} ± {row['se']:.4f} (se, "
+              f"n={row['n']}), entropy lower in {row['entropy_lower']}, higher in {row['entropy_higher']}")
+
+
+def paired(runs: list[dict]) -> list[dict]:
+    """Final error of entropy minus random selection per (method, α), paired on the repetitions both
+    policies ran (the same initial set, pool and test rows): mean, standard error and the counts of
+    repetitions where entropy ended lower / higher."""
+    final = {(r["method"], r["alpha"], r["policy"], r["repeat"]): r["error"][-1] for r in runs}
+    out = []
+    for m, a in sorted({(r["method"], r["alpha"]) for r in runs}):
+        reps = sorted(k[3] for k in final if k[:3] == (m, a, "entropy") and (m, a, "random", k[3]) in final)
+        if not reps:
+            continue
+        d = np.array([final[(m, a, "entropy", k)] - final[(m, a, "random", k)] for k in reps])
+        se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+        out.append({"method": m, "alpha": a, "n": len(d), "repeats": reps, "mean": float(d.mean()), "se": se,
+                    "entropy_lower": int((d < 0).sum()), "entropy_higher": int((d > 0).sum())})
+    return out
 
 
 def summarise(runs: list[dict]) -> list[dict]:
