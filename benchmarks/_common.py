@@ -63,6 +63,20 @@ def write(name: str, payload: dict) -> Path:
     return path
 
 
+def pool_runs(paths, key, keep=None) -> list[dict]:
+    """The "runs" of several result files, each tagged with its file ("source") and that file's commit
+    ("source_commit"); a later file's run replaces an earlier one with the same ``key(run)``; ``keep(run)``
+    drops the runs it is false for. In the order first seen."""
+    cells = {}
+    for p in paths:
+        with open(p) as fh:
+            d = json.load(fh)
+        for r in d["runs"]:
+            if keep is None or keep(r):
+                cells[key(r)] = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
+    return list(cells.values())
+
+
 def shrink_png(path, colors: int = 32) -> None:
     """Re-save a PNG with a ``colors``-colour palette (scatter plots with transparency compress badly: ~5×
     smaller); a figure whose colour scale carries data needs more than 32 (Figure 1's colour bar kept 7

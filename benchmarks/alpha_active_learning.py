@@ -24,14 +24,12 @@ of the same method, α, policy and repetition), each run tagged with its file an
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
 import numpy as np
 import torch
 
-from _common import write
+from _common import pool_runs, write
 from sgpc import GPClassifier
 from sgpc.datasets import load
 from sgpc.uncertainty import active_learning
@@ -96,9 +94,8 @@ def main():
                                  "error": h["error"], "nll": h["nll"], "time_s": time.perf_counter() - t0})
                     print(f"rep {rep} {method:6s} α={alpha:<5g} {policy:7s} error {h['error'][0]:.3f} -> "
                           f"{h['error'][-1]:.3f} (mean {np.mean(h['error']):.3f}) t={runs[-1]['time_s']:.0f}s", flush=True)
-                write(args.out, {"config": vars(args), "runs": runs, "summary": summarise(runs)})
-    path = write(args.out, {"config": vars(args), "runs": runs, "summary": summarise(runs),
-                            "entropy_minus_random": paired(runs)})
+                write(args.out, {"config": vars(args), **results(runs)})
+    path = write(args.out, {"config": vars(args), **results(runs)})
     report(runs)
     print("wrote", path)
 
@@ -106,18 +103,17 @@ def main():
 def merge(paths: list[str], out: str):
     """Pool the runs of several result files; a later file's run replaces an earlier one of the same
     (method, α, policy, repetition)."""
-    cells = {}
-    for p in paths:
-        with open(p) as fh:
-            d = json.load(fh)
-        for r in d["runs"]:
-            r = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
-            cells[(r["method"], r["alpha"], r["policy"], r["repeat"])] = r
-    runs = [cells[k] for k in sorted(cells)]
-    path = write(out, {"config": {"merged": paths}, "runs": runs, "summary": summarise(runs),
-                       "entropy_minus_random": paired(runs)})
+    def cell(r):
+        return r["method"], r["alpha"], r["policy"], r["repeat"]
+    runs = sorted(pool_runs(paths, cell), key=cell)
+    path = write(out, {"config": {"merged": paths}, **results(runs)})
     report(runs)
     print("wrote", path)
+
+
+def results(runs: list[dict]) -> dict:
+    """A result file's payload: the runs, their summary and the paired entropy − random comparison."""
+    return {"runs": runs, "summary": summarise(runs), "entropy_minus_random": paired(runs)}
 
 
 def report(runs: list[dict]):

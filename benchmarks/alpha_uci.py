@@ -14,14 +14,13 @@ Writes results/alpha_uci.json (every run, and average ranks per method and α).
 from __future__ import annotations
 
 import argparse
-import os
 from collections import defaultdict
 
 import numpy as np
 import torch
 from scipy.stats import rankdata
 
-from _common import write
+from _common import pool_runs, write
 from scalable_ep_uci import SETS, run
 from sgpc.datasets import DataNotFoundError
 
@@ -105,16 +104,9 @@ def merge(paths, out, keep_alphas=None):
     """Pool the runs of several result files (a later file's run replaces an earlier one of the same cell);
     with ``keep_alphas``, only the runs at those α. Each run is tagged with its file and that file's commit;
     groups ranked from runs of different commits, and groups left out as incomplete, are listed."""
-    import json
-    cells = {}
-    for p in paths:
-        with open(p) as fh:
-            d = json.load(fh)
-        for r in d["runs"]:
-            if keep_alphas is None or any(abs(r["alpha"] - a) < 1e-12 for a in keep_alphas):
-                r = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
-                cells[(r["set"], r["method"], r["alpha"], r["fraction"], r["seed"])] = r
-    rows = list(cells.values())
+    rows = pool_runs(paths, key=lambda r: (r["set"], r["method"], r["alpha"], r["fraction"], r["seed"]),
+                     keep=None if keep_alphas is None else
+                     lambda r: any(abs(r["alpha"] - a) < 1e-12 for a in keep_alphas))
     # rank only complete groups: every α of the method on that set, fraction and split
     alphas = defaultdict(set)
     for r in rows:
