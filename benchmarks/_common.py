@@ -19,9 +19,9 @@ def _git_state() -> tuple[str, bool | None]:
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                     capture_output=True, text=True).stdout.strip())
     except OSError:
-        commit, dirty = "", None
-    if not commit:   # a copy without .git (the lent GPU machine): the commit its caller names, if any
-        commit, dirty = os.environ.get("SGPC_COMMIT", "unknown"), None
+        commit, dirty = "unknown", None
+    if os.environ.get("SGPC_COMMIT"):   # the lent GPU machine's copy: its .git need not be the commit it runs
+        commit, dirty = os.environ["SGPC_COMMIT"], None
     return commit, dirty
 
 

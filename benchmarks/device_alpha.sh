@@ -5,8 +5,10 @@
 #   SGPC_COMMIT=<commit> bash benchmarks/device_alpha.sh DEADLINE_S GPU_WORKERS CPU_WORKERS [FIRST_SPLIT]
 # Each cell writes results/alpha_dev/s<split>_<method>_<alpha>_<device>.json after its fit (the file's meta names
 # the torch and the machine); the folder is packed into $OUT/alpha_dev.tgz every 15 s, so a run cut off keeps the
-# cells it finished. Split FIRST_SPLIT (default 1) queues ARPEP and RPAPEP only (its PEP and APEP ran on the 2-core
-# CPU machine), the splits after it all four methods. ITERS and SET override the fit for a smoke test.
+# cells it finished; a cell whose file is there already is skipped, so a second run goes on where the first stopped.
+# Split FIRST_SPLIT (default 1) queues FIRST_METHODS (default ARPEP and RPAPEP: split 1's PEP and APEP ran on the
+# 2-core CPU machine), the three splits after it all four methods. TAG replaces the device in the file names (cpu2
+# for the 2-core machine); ITERS and SET override the fit for a smoke test.
 export SGPC_DATA=${SGPC_DATA:-$PWD/.devdata/datasets} PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 deadline=$(( $(date +%s) + $1 )); gpu=$2; cpu=$3; first=${4:-1}; iters=${ITERS:-500}; set=${SET:-satimage}
 out=${OUT:-/tmp}; claims=$(mktemp -d)
@@ -14,17 +16,18 @@ mkdir -p results/alpha_dev
 alphas="0.001 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0"
 cells=()
 for s in $first $((first + 1)) $((first + 2)) $((first + 3)); do
-  methods="apep arpep rpapep pep"; [ $s = $first ] && methods="arpep rpapep"   # the slowest method first
+  methods="apep arpep rpapep pep"; [ $s = $first ] && methods=${FIRST_METHODS:-arpep rpapep}   # the slowest method first
   for m in $methods; do for a in $alphas; do cells+=("${s}_${m}_${a}"); done; done
 done
 worker() {   # $1: cuda or cpu, $2: worker number
   for c in "${cells[@]}"; do
     left=$(( deadline - $(date +%s) )); [ $left -gt 30 ] || break
-    mkdir "$claims/$c" 2>/dev/null || continue
     read -r s m a <<< "${c//_/ }"
+    ls results/alpha_dev/s${s}_${m}_${a}_*.json > /dev/null 2>&1 && continue
+    mkdir "$claims/$c" 2>/dev/null || continue
     echo "== $(date +%T) $1 worker $2: split $s $m alpha $a" >> "$out/log_$1_$2.txt"
     timeout $left python benchmarks/alpha_uci.py --sets $set --fractions 0.1 --splits 1 --first-split $s \
-        --methods $m --alphas $a --iters $iters --device $1 --threads 1 --out "alpha_dev/s${s}_${m}_${a}_$1" \
+        --methods $m --alphas $a --iters $iters --device $1 --threads 1 --out "alpha_dev/s${s}_${m}_${a}_${TAG:-$1}" \
         >> "$out/log_$1_$2.txt" 2>&1
   done
 }
