@@ -8,11 +8,13 @@
 # cells it finished; a cell whose file is there already is skipped, so a second run goes on where the first stopped.
 # Split FIRST_SPLIT (default 1) queues FIRST_METHODS (default ARPEP and RPAPEP: split 1's PEP and APEP ran on the
 # 2-core CPU machine), the three splits after it all four methods. TAG replaces the device in the file names (cpu2
-# for the 2-core machine); ITERS and SET override the fit for a smoke test.
+# for the 2-core machine); FRACTION (default 0.1) and DIR (default alpha_dev) run another M into another folder of
+# results/, e.g. FRACTION=0.2 DIR=alpha_dev_m20; ITERS and SET override the fit for a smoke test.
 export SGPC_DATA=${SGPC_DATA:-$PWD/.devdata/datasets} PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 deadline=$(( $(date +%s) + $1 )); gpu=$2; cpu=$3; first=${4:-1}; iters=${ITERS:-500}; set=${SET:-satimage}
 out=${OUT:-/tmp}; claims=$(mktemp -d)
-mkdir -p results/alpha_dev
+frac=${FRACTION:-0.1}; dir=${DIR:-alpha_dev}
+mkdir -p results/$dir
 alphas="0.001 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0"
 cells=()
 for s in $first $((first + 1)) $((first + 2)) $((first + 3)); do
@@ -23,18 +25,18 @@ worker() {   # $1: cuda or cpu, $2: worker number
   for c in "${cells[@]}"; do
     left=$(( deadline - $(date +%s) )); [ $left -gt 30 ] || break
     read -r s m a <<< "${c//_/ }"
-    ls results/alpha_dev/s${s}_${m}_${a}_*.json > /dev/null 2>&1 && continue
+    ls results/$dir/s${s}_${m}_${a}_*.json > /dev/null 2>&1 && continue
     mkdir "$claims/$c" 2>/dev/null || continue
     echo "== $(date +%T) $1 worker $2: split $s $m alpha $a" >> "$out/log_$1_$2.txt"
-    timeout $left python benchmarks/alpha_uci.py --sets $set --fractions 0.1 --splits 1 --first-split $s \
-        --methods $m --alphas $a --iters $iters --device $1 --threads 1 --out "alpha_dev/s${s}_${m}_${a}_${TAG:-$1}" \
+    timeout $left python benchmarks/alpha_uci.py --sets $set --fractions $frac --splits 1 --first-split $s \
+        --methods $m --alphas $a --iters $iters --device $1 --threads 1 --out "$dir/s${s}_${m}_${a}_${TAG:-$1}" \
         >> "$out/log_$1_$2.txt" 2>&1
   done
 }
-pack() { tar czf "$out/alpha_dev.part" results/alpha_dev && mv "$out/alpha_dev.part" "$out/alpha_dev.tgz"; }
+pack() { tar czf "$out/$dir.part" results/$dir && mv "$out/$dir.part" "$out/$dir.tgz"; }
 ( while sleep 15; do pack; done ) & packer=$!
 for i in $(seq 1 $gpu); do worker cuda $i & done
 for i in $(seq 1 $cpu); do worker cpu $i & done
 wait $(jobs -p | grep -v "^$packer$")
 kill $packer; pack
-echo "== $(date +%T) done: $(ls results/alpha_dev | wc -l) cells"
+echo "== $(date +%T) done: $(ls results/$dir | wc -l) cells"

@@ -8,18 +8,14 @@ cd benchmarks
 run() {   # bounded; results so far are packed after each command, so a cut-off run still returns them
   echo "== $(date +%T) $*"; timeout "$@" 2>&1 | grep -v -E "^W[0-9]{4} |FutureWarning|^  check\("
   (cd .. && tar czf $OUT/results.tgz $(ls results/device_check_gpu_2.json results/vi_step_gpu_*.json \
-      results/peers_throughput_gpu64_[23].json results/compile_fit_gpu_2.json results/alpha_uci_gpu_probe.json \
-      2>/dev/null)); }
+      results/peers_throughput_gpu64_[23].json results/compile_fit_gpu_2.json 2>/dev/null)); }
 S="--set mnist --m 200 --b 200 --device cuda --threads 4 --steps 100 --repeats 3"
 if [ "$1" = next ]; then   # for the next session with a GPU: SEP compiled after its graphs went 15 → 8, and the peers
   run 240 python compile_fit.py --device cuda --threads 4 --methods vi sep arpep --modes none reduce-overhead \
       --iters 600 --name compile_fit_gpu_2
   run 150 python peers_throughput.py --device cuda --dtype float64 --budget 10 --sets mnist-200 --libs sgpc gpytorch \
       --methods vi vi-compiled sep --name peers_throughput_gpu64_3
-  # issue 4: how long a satimage Figure-1 fit takes on the GPU at M = 10% and 20% (on this CPU 44 fits of a
-  # split take ~3 h at 10%, ~10 h at 20%); the file is written after every fit, so a cut-off run keeps its rows
-  run 120 python alpha_uci.py --sets satimage --fractions 0.1 0.2 --splits 1 --methods pep arpep --alphas 0.5 \
-      --iters 500 --device cuda --threads 4 --out alpha_uci_gpu_probe
+  # (issue 4 has its own script now: benchmarks/device_alpha.sh)
   echo "== $(date +%T) done"; exit
 fi
 if [ "$1" = retry ]; then   # the second call, after the fixes that the first call's compiled runs asked for
