@@ -58,9 +58,10 @@ def metadata() -> dict:
 
 
 def write(name: str, payload: dict) -> Path:
-    """Write results/<name>.json with the metadata block added; returns the path."""
-    RESULTS.mkdir(exist_ok=True)
+    """Write results/<name>.json with the metadata block added; returns the path. ``name`` may hold folders
+    (``alpha_dev_m20/s0_pep_0.5_cpu2``): they are made, so a long run does not fail at its last step."""
     path = RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"meta": metadata(), **payload}, indent=2))
     return path
 

@@ -35,3 +35,10 @@ def test_sgpc_commit_names_the_commit(monkeypatch):
     monkeypatch.delenv("SGPC_COMMIT")
     commit, _ = _common._git_state()
     assert commit != "0123abc"
+
+
+def test_write_makes_the_folders_a_name_holds(tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "RESULTS", tmp_path / "results")
+    path = _common.write("new_dir/deeper/cell", {"runs": [{"alpha": 0.5}]})
+    assert path == tmp_path / "results" / "new_dir" / "deeper" / "cell.json"
+    assert json.loads(path.read_text())["runs"] == [{"alpha": 0.5}]
