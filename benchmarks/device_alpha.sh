@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 4 on a lent GPU machine: satimage Figure-1 cells (M = 10 % of N, 500 iterations) taken from one queue by
+# Issue 4 on a lent GPU machine: satimage Figure-1 cells (M = 10 % of N unless FRACTION says otherwise, 500 iterations) taken from one queue by
 # GPU workers and CPU workers at once, one fit per process, until a deadline. From the repository root, with the
 # data sets in .devdata (docs/results-scale.md):
 #   SGPC_COMMIT=<commit> bash benchmarks/device_alpha.sh DEADLINE_S GPU_WORKERS CPU_WORKERS [FIRST_SPLIT]
