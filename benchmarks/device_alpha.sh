@@ -1,7 +1,7 @@
 #!/bin/bash
-# Issue 4 on a lent GPU machine: satimage Figure-1 cells (M = 10 % of N unless FRACTION says otherwise, 500 iterations) taken from one queue by
-# GPU workers and CPU workers at once, one fit per process, until a deadline. From the repository root, with the
-# data sets in .devdata (docs/results-scale.md):
+# Issue 4 on a lent GPU machine: satimage Figure-1 cells (M = 10 % of N unless FRACTION says otherwise, 500
+# iterations) taken from one queue by GPU workers and CPU workers at once, one fit per process, until a deadline.
+# From the repository root, with the data sets in .devdata (docs/results-scale.md):
 #   SGPC_COMMIT=<commit> bash benchmarks/device_alpha.sh DEADLINE_S GPU_WORKERS CPU_WORKERS [FIRST_SPLIT]
 # Each cell writes results/alpha_dev/s<split>_<method>_<alpha>_<device>.json after its fit (the file's meta names
 # the torch and the machine); the folder is packed into $OUT/alpha_dev.tgz every 15 s, so a run cut off keeps the
