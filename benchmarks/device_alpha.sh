@@ -14,6 +14,9 @@
 # set it to about one fit's time (MIN_LEFT=480 for satimage at M = 20% on one CPU core).
 # The GPU is time-shared between the workers: at M = 20 % a satimage fit took 344-364 s with 10 GPU workers and
 # 81-106 s with 3 (27-36 s of GPU time a fit either way), so 3 workers do as much and lose less at the deadline.
+# On an H200 (2026-11-27) 3 GPU workers took 102-120 s an APEP fit and 84-98 s an ARPEP fit (about 125 s a cell
+# with start-up), while 4 CPU workers beside them took 435-520 s a PEP fit: give a 540 s call MIN_LEFT=100 for the
+# GPU and, if any, CPU workers that start only at once (a second instance with OUT=$OUT/cpu MIN_LEFT=400).
 # Carry only .devdata/datasets/uci and MANIFEST.md: the whole folder and the working tree pass the 64 MiB limit.
 export SGPC_DATA=${SGPC_DATA:-$PWD/.devdata/datasets} PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 deadline=$(( $(date +%s) + $1 )); gpu=$2; cpu=$3; first=${4:-1}; iters=${ITERS:-500}; set=${SET:-satimage}
