@@ -15,8 +15,10 @@
 # The GPU is time-shared between the workers: at M = 20 % a satimage fit took 344-364 s with 10 GPU workers and
 # 81-106 s with 3 (27-36 s of GPU time a fit either way), so 3 workers do as much and lose less at the deadline.
 # On an H200 (2026-11-27) 3 GPU workers took 102-120 s an APEP fit and 84-98 s an ARPEP fit (about 125 s a cell
-# with start-up), while 4 CPU workers beside them took 435-520 s a PEP fit: give a 540 s call MIN_LEFT=100 for the
-# GPU and, if any, CPU workers that start only at once (a second instance with OUT=$OUT/cpu MIN_LEFT=400).
+# with start-up), while 4 CPU workers beside them took 435-520 s a PEP fit (that call ran them as a second instance
+# of this script). One instance does it now, sharing one set of claims: CPU_FIRST (e.g. "pep") gives the CPU workers
+# the first split's cells of those methods before the rest, and CPU_MIN_LEFT (default MIN_LEFT) is their MIN_LEFT,
+# e.g. CPU_FIRST=pep CPU_MIN_LEFT=400 MIN_LEFT=100 ... 540 3 4 3.
 # Carry only .devdata/datasets/uci and MANIFEST.md: the whole folder and the working tree pass the 64 MiB limit.
 export SGPC_DATA=${SGPC_DATA:-$PWD/.devdata/datasets} PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 deadline=$(( $(date +%s) + $1 )); gpu=$2; cpu=$3; first=${4:-1}; iters=${ITERS:-500}; set=${SET:-satimage}
@@ -29,9 +31,16 @@ for s in $first $((first + 1)) $((first + 2)) $((first + 3)); do
   methods="apep arpep rpapep pep"; [ $s = $first ] && methods=${FIRST_METHODS:-arpep rpapep}   # the slowest method first
   for m in $methods; do for a in $alphas; do cells+=("${s}_${m}_${a}"); done; done
 done
+cpu_cells=()   # CPU_FIRST's cells of the first split, then the whole queue (claimed cells are skipped)
+for c in "${cells[@]}"; do
+  read -r s m a <<< "${c//_/ }"; [ $s = $first ] && [[ " $CPU_FIRST " == *" $m "* ]] && cpu_cells+=("$c")
+done
+cpu_cells+=("${cells[@]}")
 worker() {   # $1: cuda or cpu, $2: worker number
-  for c in "${cells[@]}"; do
-    left=$(( deadline - $(date +%s) )); [ $left -gt ${MIN_LEFT:-30} ] || break
+  local min=${MIN_LEFT:-30} queue=("${cells[@]}")
+  [ $1 = cpu ] && min=${CPU_MIN_LEFT:-$min} && queue=("${cpu_cells[@]}")
+  for c in "${queue[@]}"; do
+    left=$(( deadline - $(date +%s) )); [ $left -gt $min ] || break
     read -r s m a <<< "${c//_/ }"
     ls results/$dir/s${s}_${m}_${a}_*.json > /dev/null 2>&1 && continue
     mkdir "$claims/$c" 2>/dev/null || continue
