@@ -7,7 +7,8 @@
 # the torch and the machine); the folder is packed into $OUT/alpha_dev.tgz every 15 s, so a run cut off keeps the
 # cells it finished; a cell whose file is there already is skipped, so a second run goes on where the first stopped.
 # Split FIRST_SPLIT (default 1) queues FIRST_METHODS (default ARPEP and RPAPEP: split 1's PEP and APEP ran on the
-# 2-core CPU machine), the three splits after it all four methods. TAG replaces the device in the file names (cpu2
+# 2-core CPU machine), the splits after it all four methods; SPLITS (default 4) is how many splits are queued, so
+# SPLITS=1 finishes one split and does not start the next. TAG replaces the device in the file names (cpu2
 # for the 2-core machine); FRACTION (default 0.1) and DIR (default alpha_dev) run another M into another folder of
 # results/, e.g. FRACTION=0.2 DIR=alpha_dev_m20; ITERS and SET override the fit for a smoke test.
 # A worker starts no fit with less than MIN_LEFT seconds (default 30) to the deadline: a fit cut off is lost, so
@@ -27,7 +28,7 @@ frac=${FRACTION:-0.1}; dir=${DIR:-alpha_dev}
 mkdir -p results/$dir
 alphas="0.001 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0"
 cells=()
-for s in $first $((first + 1)) $((first + 2)) $((first + 3)); do
+for s in $(seq $first $((first + ${SPLITS:-4} - 1))); do
   methods="apep arpep rpapep pep"; [ $s = $first ] && methods=${FIRST_METHODS:-arpep rpapep}   # the slowest method first
   for m in $methods; do for a in $alphas; do cells+=("${s}_${m}_${a}"); done; done
 done
