@@ -385,7 +385,7 @@ def test_collapsed_bound_is_accurate_in_float32_for_confident_points():
 def test_hybrid_initial_features_with_batch_norm_for_any_row_count(n_rows):
     # the initial features were computed in blocks of 4096 and a remainder: 4097 rows left a block of one
     # row, which batch normalisation refuses in training mode
-    from sgpc.estimator import _features
+    from sgpc.initialization import extractor_features as _features
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n_rows, 2, generator=g, dtype=torch.float64)
     fx = torch.nn.Sequential(torch.nn.Linear(2, 3, dtype=torch.float64), torch.nn.BatchNorm1d(3, affine=False,

@@ -8,8 +8,7 @@ from scipy.stats import norm
 from sgpc import kernels as K
 from sgpc import ep as ep_module
 from sgpc import sep as sep_module
-from sgpc.ep import (EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state,
-                     recall_geometry)
+from sgpc.ep import (EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state)
 from sgpc.likelihoods import RobustMax
 from sgpc.sep import SEP
 from sgpc.sparse import SparseGP
@@ -237,38 +236,41 @@ ENGINES_SHARING_GEOMETRY = {
 
 
 @pytest.mark.parametrize("name", ENGINES_SHARING_GEOMETRY)
-def test_the_loss_reuses_the_updates_geometry_only_when_nothing_changed(name, monkeypatch):
-    # EP.update and SEP.update keep L_K and the directions (built with autograd on) for the loss of the same
-    # step: a fit with that reuse must be bitwise the fit without it, and the loss must not take them for
-    # other inputs, after any parameter changed, or a second time
+def test_a_step_that_shares_its_geometry_is_the_step_that_does_not(name, monkeypatch):
+    # the fit loop forms L_K and the directions once (engine.geometry, autograd on) and passes them to the
+    # update and the loss of the step: a fit with that sharing must be bitwise the fit without it, and the
+    # loss given the geometry must equal, with its gradients, the loss that forms its own
     make, batch_size = ENGINES_SHARING_GEOMETRY[name]
 
-    def run(reuse):
-        if not reuse:
-            for module in (ep_module, sep_module):
-                monkeypatch.setattr(module, "recall_geometry", lambda engine, model, X: None)
+    def run(share):
+        if not share:
+            monkeypatch.setattr(type(make()), "geometry", lambda self, model, X: None)
         model, X, y = classification_problem(N=40)
         engine = make()
+        assert engine.capabilities.shared_geometry
         st = engine.init(model, X, y, None)
         st, _ = fit(model, engine, st, X, y, TrainSettings(learning_rate=0.02, max_iter=12, batch_size=batch_size),
                     generator=torch.Generator().manual_seed(0))
         monkeypatch.undo()
         return [p.detach().clone() for p in model.parameters()], st
 
-    (with_reuse, st1), (without, st2) = run(True), run(False)
-    assert all(torch.equal(a, b) for a, b in zip(with_reuse, without))
+    (shared, st1), (own, st2) = run(True), run(False)
+    assert all(torch.equal(a, b) for a, b in zip(shared, own))
     assert torch.equal(st1.Lam, st2.Lam) and torch.equal(st1.h, st2.h)
 
     model, X, y = classification_problem(N=12)
     engine = make()
-    st = engine.update(model, engine.init(model, X, y, None), X, y, 12)
-    assert recall_geometry(engine, model, X) is not None and recall_geometry(engine, model, X) is None   # once
-    engine.update(model, st, X, y, 12)
-    assert recall_geometry(engine, model, X.clone()) is None                               # other inputs
-    engine.update(model, st, X, y, 12)
-    with torch.no_grad():
-        next(model.parameters()).add_(0.0)                                               # a step in place
-    assert recall_geometry(engine, model, X) is None
+    geometry = engine.geometry(model, X)
+    assert geometry is not None and all(g.requires_grad for g in geometry[:2])
+    st = engine.update(model, engine.init(model, X, y, None), X, y, 12, geometry=geometry)
+    values = []
+    for g in (geometry, None):
+        model.zero_grad()
+        loss = engine.loss(model, st, X, y, 12, geometry=g)
+        loss.backward(retain_graph=True)
+        values.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(values[0][0], values[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(values[0][1], values[1][1]))
 
 
 def test_damping_anneals_per_pass_over_the_data():

@@ -14,7 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sgpc import GPClassifier
 from sgpc.estimator import ModelFileError
-from sgpc.train import digest
+from sgpc.persist import digest
 
 FAST = dict(n_inducing=10, max_iter=30, random_state=0)
 
@@ -252,7 +252,7 @@ def test_every_method_saves_and_loads_exactly(iris, method, tmp_path):
 
 
 def test_initial_lengthscales_scale_with_the_spread_but_no_feature_isolates_a_row():
-    from sgpc.estimator import initial_lengthscales
+    from sgpc.initialization import initial_lengthscales
     rng = np.random.default_rng(0)
     N = 100_000
     H = np.column_stack([rng.normal(0, 1, N), rng.normal(0, 3, N), rng.standard_t(3, N),
@@ -411,7 +411,7 @@ def test_features_in_units_below_the_length_scale_floor_get_a_warning():
     # two separable blobs in units of 1e-9 trained silently to the prior (accuracy 0.5, ℓ = √2): the
     # constant-column test was absolute (1e-8) and ℓ cannot go below 1e-6
     import warnings
-    from sgpc.estimator import initial_lengthscales
+    from sgpc.initialization import initial_lengthscales
     rng = np.random.default_rng(0)
     X = np.r_[rng.normal(-2, 0.5, (20, 2)), rng.normal(2, 0.5, (20, 2))]
     with pytest.warns(UserWarning, match=r"feature\(s\) \[0, 1\].*standardise X"):

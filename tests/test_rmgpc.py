@@ -14,6 +14,7 @@ from sgpc import GPClassifier
 from sgpc import fitc_ep as F
 from sgpc import kernels as K
 from sgpc import rmgpc as R
+from sgpc.engine import write_constants
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP, marginals, predict_log_proba
 
@@ -220,6 +221,7 @@ def test_flipped_labels_get_higher_outlier_probability():
     print(f"outlier AUC = {auc:.3f}")
     assert auc >= 0.9
     st = eng.update(model, st, X, y, N)
+    write_constants(model, eng, st)
     assert float(model.likelihood.epsilon) == pytest.approx(eng.expected_rho(st), rel=1e-10)
 
 
@@ -315,6 +317,7 @@ def test_prediction_is_robust_max_with_epsilon_rho():
     model, X, y = problem()
     eng = R.RMGPC()
     st = eng.update(model, eng.init(model, X, y, None), X, y, len(y))
+    write_constants(model, eng, st)
     q = eng.posterior(model, st)
     rho = eng.expected_rho(st)
     P = predict_log_proba(model, q, X).exp()

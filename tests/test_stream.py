@@ -7,7 +7,8 @@ import torch
 pytest.importorskip("pyarrow")
 
 from sgpc import stream
-from sgpc.estimator import GPClassifier, initial_lengthscales
+from sgpc.estimator import GPClassifier
+from sgpc.initialization import initial_lengthscales
 
 
 def _data(n=203, d=3, seed=0):
@@ -263,7 +264,7 @@ def test_streamed_checkpoint_resume_is_exact(tmp_path):
     torch.testing.assert_close(resumed.state_.Lam, full.state_.Lam, rtol=0, atol=0)
     assert resumed.history_["objective"] == full.history_["objective"]
     # the position counts batches: under another batch size the epoch would skip or repeat rows
-    from sgpc.train import CheckpointError
+    from sgpc.persist import CheckpointError
     with pytest.raises(CheckpointError, match="batch_size=32, this fit uses 20"):
         _clf("sep", max_iter=20, batch_size=20, checkpoint_path=ck).fit(src, resume=True)
 

@@ -9,7 +9,8 @@ from sgpc import kernels as K
 from sgpc.gaussian import NotPositiveDefiniteError
 from sgpc.likelihoods import RobustMax
 from sgpc.sparse import SparseGP
-from sgpc.train import CheckpointError, SignAdaptive, TrainSettings, fit, load_checkpoint
+from sgpc.persist import CheckpointError, load_checkpoint
+from sgpc.train import SignAdaptive, TrainSettings, fit
 from sgpc.vi import VI
 
 torch.set_default_dtype(torch.float64)

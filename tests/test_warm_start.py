@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sgpc import GPClassifier
-from sgpc.estimator import row_keys
+from sgpc.warm_start import row_keys
 
 
 def _blobs(n_per=15, C=3, seed=0):
@@ -182,7 +182,7 @@ def test_a_checkpoint_resumes_only_the_fit_it_was_written_for(tmp_path):
     # the fingerprint held the engine class and α only: arpep -> rpapep (both VI), probit -> logit and a new
     # fixed ε resumed silently (ε then came from the checkpoint); another optimiser failed later with a bare
     # KeyError, another learning rate was ignored; a checkpoint past max_iter returned an over-trained model
-    from sgpc.train import CheckpointError
+    from sgpc.persist import CheckpointError
     X, y = _blobs(10)
     ck = str(tmp_path / "ck.pt")
     base = dict(n_inducing=5, random_state=0, checkpoint_path=ck, checkpoint_every=4, max_iter=4)
@@ -219,7 +219,7 @@ def test_damaged_checkpoints_and_model_files_are_refused_clearly(tmp_path):
     # a flipped bit in a checkpoint's tensors resumed silently; malformed entries raised bare TypeError/
     # KeyError/AttributeError; a model file's malformed entries likewise; warm_started_ was lost by load
     from sgpc.estimator import ModelFileError
-    from sgpc.train import CheckpointError, digest
+    from sgpc.persist import CheckpointError, digest
     X, y = _blobs(10)
     ck = tmp_path / "ck.pt"
     est = GPClassifier(method="vi", n_inducing=5, random_state=0, max_iter=4, learning_rate=0.05,

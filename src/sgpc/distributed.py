@@ -26,6 +26,7 @@ global minibatch and keeps its shard; with streaming, every rank reads the same 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -62,19 +63,25 @@ class Communicator:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
-    def update(self, engine, model, state, X, y, n_total: int, idx):
-        """The engine's closed-form step over the global minibatch, from this rank's shard."""
-        if hasattr(engine, "increment"):          # SEP: sum the shard increments, then one step
-            # every rank holds the same state, so restores it the same way
-            def reduce(inc):
-                for t in (inc.Lam, inc.h, inc.n_b, inc.counts):
-                    self.all_reduce(t)
-            return engine.update(model, state, X, y, n_total, idx, reduce=reduce)
-        new = engine.update(model, state, X, y, n_total, idx)
-        if new is not state:
+    def update(self, engine, model, state, X, y, n_total: int, idx, geometry=None):
+        """The engine's closed-form step over the global minibatch, from this rank's shard.
+
+        An engine whose step is additive over shards (``capabilities.increment``: SEP) sums the shards'
+        increments before the step (every rank holds the same state, so restores it the same way); an
+        engine without a closed-form step (vi, apep, arpep, rpapep) needs nothing; any other keeps per-point
+        state, which a rank does not hold for the other shards: refused."""
+        caps = engine.capabilities
+        if caps.increment:
+            return engine.update(model, state, X, y, n_total, idx, geometry=geometry, reduce=self.reduce_increment)
+        if caps.closed_form_update:
             raise ValueError(f"{type(engine).__name__} keeps per-point state updated in closed form; data-parallel "
-                             "training supports vi, sep, apep, arpep and rpapep")
-        return new
+                             "training supports the streamable methods (vi, sep, apep, arpep, rpapep)")
+        return engine.update(model, state, X, y, n_total, idx, geometry=geometry)
+
+    def reduce_increment(self, increment) -> None:
+        """Sum every tensor field of an engine's increment (a dataclass) over ranks, in place."""
+        for f in dataclasses.fields(increment):
+            self.all_reduce(getattr(increment, f.name))
 
     def reduce(self, params: list, loss: torch.Tensor) -> torch.Tensor:
         """Sum every parameter's gradient and the (weighted) loss over ranks, in one flat buffer."""

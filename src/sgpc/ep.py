@@ -33,12 +33,12 @@ What this module does not do: EP in function space (``fitc_ep.py``) or tied site
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
+from .engine import Capabilities, Engine
 from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, wide_dtype
 from .sparse import InducingPosterior, SparseGP
 
@@ -379,17 +379,10 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     return global_term + scale * local
 
 
-def _versions(model: SparseGP) -> tuple[int, ...]:
-    """Every parameter's in-place version counter (an optimiser step or a copy into it raises it)."""
-    return tuple(p._version for p in model.parameters())
-
-
-# The kernel geometry of one training step, shared by its site update and its loss. The update builds L_K and
-# the directions with autograd on and keeps them (one entry, on the engine: EP and SEP are frozen dataclasses,
-# so it is set with object.__setattr__) for the loss, which needs them differentiable and would otherwise form
-# K_uu and K_uf a second time: about a sixth of an MNIST-shaped SEP step (docs/results-scale.md, "Faster
-# steps"), K_uf and two triangular solves of a full-batch EP iteration. The loss takes them only for the same X
-# and parameters unchanged since (every parameter's version counter), and only once.
+# The kernel geometry of one training step, shared by its site update and its loss: L_K and the directions of the
+# minibatch. ``EP.geometry`` forms them once with autograd on; the fit loop passes them to ``update`` (used
+# detached) and to the loss (differentiated, eq. 62), which would otherwise form K_uu and K_uf a second time:
+# about a sixth of an MNIST-shaped SEP step, K_uf and two triangular solves of a full-batch EP iteration.
 
 def fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """L_K and ``directions(model, X, L_K)``, formed now (differentiable where autograd is on)."""
@@ -397,28 +390,22 @@ def fresh_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torc
     return (Lk, *directions(model, X, Lk))
 
 
-def update_geometry(engine, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """L_K and the directions for a site update, detached; kept on ``engine`` for ``recall_geometry``. Not
-    for a hybrid model (its feature extractor's dropout draws anew per forward pass) or inside torch.compile."""
-    keep = model.feature_extractor is None and not torch.compiler.is_compiling() and \
-        any(p.requires_grad for p in model.parameters())
-    with torch.enable_grad() if keep else nullcontext():
-        Lk, V, s = fresh_geometry(model, X)
-    if keep:
-        object.__setattr__(engine, "_kept", (X, _versions(model), Lk, V, s))
-    return Lk.detach(), V.detach(), s.detach()
+def shared_geometry(model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``fresh_geometry`` with autograd on, for a step's update and loss to share; None for a hybrid model
+    (its feature extractor's dropout draws anew per forward pass, so each use must form its own) or a model
+    with nothing to differentiate."""
+    if model.feature_extractor is not None or not any(p.requires_grad for p in model.parameters()):
+        return None
+    with torch.enable_grad():
+        return fresh_geometry(model, X)
 
 
-def recall_geometry(engine, model: SparseGP, X) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """What ``update_geometry`` kept on ``engine``, if it was built for this X and these parameters (and
-    forget it)."""
-    kept = engine.__dict__.get("_kept")
-    if kept is None:
-        return None
-    object.__setattr__(engine, "_kept", None)
-    if kept[0] is not X or kept[1] != _versions(model) or not torch.is_grad_enabled():
-        return None
-    return kept[2:]
+def detached_geometry(model: SparseGP, X, geometry) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's geometry for a site update: ``geometry`` detached, or formed now (without autograd)."""
+    if geometry is None:
+        with torch.no_grad():
+            return fresh_geometry(model, X)
+    return tuple(g.detach() for g in geometry)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -448,7 +435,7 @@ class EPState:
 
 
 @dataclass(frozen=True)
-class EP:
+class EP(Engine):
     """Settings of EP (``alpha=1``) and Power EP (``alpha`` in (0, 1]).
 
     Attributes:
@@ -462,6 +449,8 @@ class EP:
             ~5% of their change per epoch. App. E: minibatch updates are stable without heavy damping.)
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities(per_row_state=True, closed_form_update=True,
+                                                        shared_geometry=True)
     alpha: float = 1.0
     factor: str = "pairwise"
     damping: float = 0.5
@@ -522,6 +511,14 @@ class EP:
     def _damping(self, step: float) -> float:
         return annealed_damping(self.damping, self.decay, step, self.min_damping)
 
+    def geometry(self, model: SparseGP, X):
+        """L_K and the minibatch's directions, shared by ``update`` and ``loss`` (``shared_geometry``)."""
+        return shared_geometry(model, X)
+
+    def counters(self, state: EPState) -> dict[str, int]:
+        """Skipped and re-damped site updates (cumulative)."""
+        return {"skipped": int(state.skipped), "redamped": int(state.redamped)}
+
     @torch.no_grad()
     def restore(self, model: SparseGP, state: EPState, Lk: torch.Tensor | None = None) -> EPState:
         """Make q(u) proper again after a hyper-parameter step, shrinking the negative-precision sites.
@@ -547,16 +544,16 @@ class EP:
             h = (d2[..., None] * Vt).sum(1)
             if _is_pd(_whitened_precision(Lk, TiedSites(Lam, h))[0]):
                 break
-        state.c1.copy_(c1)
-        state.c2.copy_(c2)
-        return replace(state, Lam=0.5 * (Lam + Lam.mT), h=h, redamped=state.redamped + 1)
+        return replace(state, Lam=0.5 * (Lam + Lam.mT), h=h, c1=c1, c2=c2, redamped=state.redamped + 1)
 
     @torch.no_grad()
-    def update(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> EPState:
-        """One parallel damped EP update of the factors of the minibatch (App. E)."""
+    def update(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None, *, geometry=None) -> EPState:
+        """One parallel damped EP update of the factors of the minibatch (App. E). The minibatch's rows of the
+        per-row arrays (c1, c2, V) are written into ``state``'s arrays, which the returned state shares
+        (``engine`` module docstring: per-row state is handed over)."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        Lk, V, s = update_geometry(self, model, X)    # one factorisation of K_uu for the step; V [L,B,M], s [L,B]
+        Lk, V, s = detached_geometry(model, X, geometry)   # one factorisation of K_uu; V [L,B,M], s [L,B]
         state = self.restore(model, state, Lk)
         sites = TiedSites(state.Lam, state.h)
         q = q_state(model, sites, Lk)
@@ -617,11 +614,12 @@ class EP:
         return replace(state, Lam=Lam, h=h, step=state.step + X.shape[0] / n_total,
                        skipped=state.skipped + skipped, redamped=state.redamped + redamped)
 
-    def loss(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None) -> torch.Tensor:
-        """−log Z_q estimate on the minibatch (eq. 12 scaling), gradient per eq. (62)."""
+    def loss(self, model: SparseGP, state: EPState, X, y, n_total: int, idx=None, *, geometry=None) -> torch.Tensor:
+        """−log Z_q estimate on the minibatch (eq. 12 scaling), gradient per eq. (62); ``geometry``: this step's
+        ``geometry(model, X)`` at the current parameters, if the caller formed it."""
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
-        Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)    # differentiable, eq. (62)
+        Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)    # differentiable, eq. (62)
         return -log_Zq(model, TiedSites(state.Lam, state.h), fac, X, state.V[idx].transpose(0, 1),
                        state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0], Lk=Lk, Vs=(V, s))
 

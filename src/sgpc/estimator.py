@@ -1,17 +1,17 @@
-"""``GPClassifier``: the scikit-learn estimator, and the only place where strings become objects.
+"""``GPClassifier``: the scikit-learn estimator, and the only place where a user's parameters become objects.
 
-It validates inputs (with errors that say what is wrong and where), encodes labels, turns
-``random_state`` into one ``torch.Generator``, builds kernel/likelihood/engine from their names,
-runs ``train.fit``, and predicts through ``sparse.predict``. It holds no maths.
+It validates inputs (``validation``: errors that say what is wrong and where), encodes labels, turns
+``random_state`` into one ``torch.Generator``, builds kernel, likelihood and engine through ``registry``, runs
+``train.fit``, and predicts through ``sparse.predict``. What a method can do (stream, carry per-row sites,
+train a feature extractor, run only on the full batch) is read from its engine's declared capabilities.
+It holds no maths.
 
-Saved models (``save``/``load``) are plain dictionaries of tensors, numbers and strings read back
-with ``torch.load(weights_only=True)``: loading never executes code from the file.
+Saved models (``save``/``load``) are plain dictionaries of tensors, numbers and strings in ``persist``'s model
+file format: loading never executes code from the file.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
-import math
 import os
 import warnings
 
@@ -20,290 +20,50 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from . import kernels as K
-from .likelihoods import RobustMax
-from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
-from .bsvm import BinaryHinge, MulticlassHinge
-from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import (COMPILE_MODES, TrainSettings, atomic_save, digest, fit as fit_loop, file_error_detail,
-                    record_engine_events, refresh, _state_to_dict, _load_state)
-from .ep import EP
-from .fitc_ep import GFITC
-from .rmgpc import RMGPC
-from .sep import APEP, LOG_Z_KINDS, SEP
-from .vi import VI
 from . import stream
+from .additive import PREDICT_RULES
+from .initialization import extractor_features, initial_lengthscales
+from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
+from .registry import KERNELS, LIKELIHOODS, METHODS, make_engine, make_kernel, make_likelihood
+from .sep import LOG_Z_KINDS
+from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
+from .train import COMPILE_MODES, TrainSettings, fit as fit_loop, record_engine_events, refresh
+from .validation import (check_choice, check_data_parallel_extractor, check_device, check_finite, check_flag,
+                         check_real, plain_value, unique_labels, validated)
+from .warm_start import architecture, match_rows, row_keys
 
-__all__ = ["GPClassifier", "METHODS", "LIKELIHOODS", "KERNELS", "ModelFileError"]
+__all__ = ["GPClassifier", "ModelFileError"]
 
-METHODS = ("vi", "ep", "sep", "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc")
-STREAM_METHODS = ("vi", "sep", "apep", "arpep", "rpapep")   # state independent of N: can stream / run data-parallel
-FREE_GAUSSIAN_METHODS = ("vi", "arpep", "rpapep", "bsvm")   # q(u) a free Gaussian: hybrids
-ROW_SITE_METHODS = ("ep", "pep", "gfitc", "rmgpc", "smgpc")  # one EP site per training row: warm starts match rows
-LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
-ADDITIVE_LIKELIHOODS = ("step", "probit", "logit", "softmax")   # additive-noise-gpc: method="vi" ...
-EP_BINARY_LIKELIHOODS = ("step", "probit", "logit")   # ... and binary EP/SEP/PEP with one-latent probit sites
-KERNELS = ("rbf", "matern12", "matern32", "matern52", "linear", "matern52+rbf")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-_FORMAT = "sgpc-model"
-_VERSION = 1
+_USER_LIKELIHOODS = tuple(k for k in LIKELIHOODS if k != "hinge")     # "hinge" is bsvm's own
 
 
-_KEY_MULTIPLIERS = np.random.default_rng(20261124).integers(1, 2 ** 62, size=4096, dtype=np.uint64) * 2 + 1
-
-
-def row_keys(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """A 64-bit key of each row of X [N,D] (float64) with its label y [N] (int): equal rows get equal keys.
-
-    Σ_d bits(x_d)·m_d + y·m_D mod 2⁶⁴ with fixed odd multipliers m (cycled past 4 096 features): two
-    rows that differ in one feature's bits never collide, and distinct rows collide with probability
-    about 2⁻⁶⁴ otherwise. What a warm start matches per-row sites by (``GPClassifier.warm_start``).
-    """
-    bits = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
-    m = np.resize(_KEY_MULTIPLIERS, bits.shape[1] + 1)
-    keys = np.asarray(y).astype(np.uint64) * m[-1]
-    with np.errstate(over="ignore"):
-        for i in range(0, len(bits), 4096):                 # blocks bound the [rows, D] product's memory
-            keys[i:i + 4096] += (bits[i:i + 4096] * m[:-1]).sum(1, dtype=np.uint64)
-    return keys
-
-
-def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """Initial ARD length-scales ℓ_d = √D · max(s_d, max_i |h_id − mean_d| / 20) for features H [N,D], spreads s [D].
-
-    Scaling each ℓ_d with its feature's spread makes the start independent of the features' units. The
-    floor matters for inputs like pixels: a pixel lit in a handful of images has a tiny spread, and
-    ℓ_d ∝ s_d alone would put those images (and test images sharing the pixel) many length-scales away
-    from everything through that one feature — on raw digits the fit then stays at the prior (90% test
-    error). With the floor no feature moves a row more than 20 scaled units from the mean. It never binds
-    for a Gaussian-like feature (its largest deviation is ~5 s_d even at 10⁶ rows), so standardised data
-    keep ℓ = √D. A column that is constant up to rounding (relative to its own magnitude: features in
-    small units are not constant) gets ℓ = √D (not ≈ 0). Length-scales cannot go below the kernels'
-    floor (1e-6): features whose ℓ would start within 100× of it get a warning — a fit on them stays at
-    the prior — advising standardisation.
-    """
-    D = H.shape[1]
-    # constant up to rounding: relative to the column's own size, and in absolute terms for a column that
-    # is rounding noise around 0 (a constant column after standardisation: std 3e-17, max 4e-16)
-    deviation = np.abs(H - H.mean(0)).max(0)                  # the largest distance from the mean, per feature
-    constant = (std <= 1e-12 * np.abs(H).max(0)) | (deviation <= 1e-12)
-    reach = deviation / 20.0
-    ls = math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
-    tiny = np.flatnonzero(ls < 100.0 * K.LENGTHSCALE_FLOOR)
-    if tiny.size:
-        warnings.warn(f"feature(s) {tiny[:8].tolist()}{' ...' if tiny.size > 8 else ''} vary on scales near or below "
-                      f"{100.0 * K.LENGTHSCALE_FLOOR:g} (length-scales stop at {K.LENGTHSCALE_FLOOR:g}): the kernel cannot "
-                      "resolve them and the fit may stay at the prior; standardise X (sklearn.preprocessing.StandardScaler)",
-                      UserWarning, stacklevel=3)
-    return ls
-
-
-def _architecture(extractor: torch.nn.Module | None) -> tuple | None:
-    """A feature extractor's class and the names and shapes of its weights and buffers (None without one):
-    what a warm start must find unchanged (a new or removed extractor was ignored by warm starts)."""
-    if extractor is None:
-        return None
-    return (type(extractor).__qualname__,) + tuple((k, tuple(v.shape)) for k, v in extractor.state_dict().items())
-
-
-def _features(extractor: torch.nn.Module, X: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
-    """h(X) [N,D'] of the initial extractor as float64 numpy, in batches without gradients.
-
-    Evaluated as in training (batch statistics for batch normalisation, whose running statistics are
-    still at their defaults) on a copy, so the extractor's buffers are not touched.
-    """
-    extractor = copy.deepcopy(extractor).train()
-    # blocks of nearly equal size (not 4096 and a remainder: a last block of one row fails in batch
-    # normalisation, and a short one is normalised with the statistics of a few rows)
-    n_blocks = max(1, -(-X.shape[0] // batch_size))
-    with torch.no_grad():
-        out = [extractor(block) for block in torch.tensor_split(X, n_blocks)]
-    H = torch.cat(out, 0)
-    if H.ndim != 2 or H.shape[0] != X.shape[0]:
-        raise ValueError(f"feature_extractor must map [N,D] inputs to [N,D'] features, got {tuple(H.shape)} "
-                         f"for {X.shape[0]} rows")
-    return H.detach().cpu().double().numpy()
-
-
-class ModelFileError(ValueError):
-    """A model file is missing, truncated, corrupt or not an sgpc model."""
-
-
-def _choice(kind: str, value, valid) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {kind} {value!r}; valid: {', '.join(map(repr, valid))}")
-
-
-def _real(name: str, value, *, low: float, high: float = math.inf, low_closed: bool = False,
-          high_closed: bool = True, none: str | None = None) -> None:
-    """ValueError unless ``value`` is a finite real number (not a bool, not text) in the interval from
-    ``low`` to ``high`` (open or closed ends); ``none``: what None means, when None is allowed."""
-    if value is None and none is not None:
-        return
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
-        and math.isfinite(value) and (value >= low if low_closed else value > low) \
-        and (value <= high if high_closed else value < high)
-    if not ok:
-        interval = f"{'[' if low_closed else '('}{low:g}, {'∞)' if high == math.inf else f'{high:g}' + (']' if high_closed else ')')}"
-        raise ValueError(f"{name} must be a finite number in {interval}" + (f" or None ({none})" if none else "")
-                         + f", got {value!r}")
-
-
-def _flag(name: str, value) -> None:
-    """ValueError unless ``value`` is True or False (the text "False" is true in Python: it switched on)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def _unique_labels(y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(y, return_inverse=True)``, with a ValueError for labels that cannot be ordered or saved:
-    mixed types (a bare "'<' not supported" TypeError) and dates/times (fitted, then a model file that
-    would not load)."""
-    y = np.asarray(y)
-    if y.dtype.kind in "mM":
-        raise ValueError(f"{name} holds {y.dtype} labels, which a saved model cannot hold; pass them as strings "
-                         "(y.astype(str)) or integer codes")
-    try:
-        return np.unique(y, return_inverse=True)
-    except TypeError:
-        kinds = sorted({type(v).__name__ for v in y.ravel().tolist()})
-        raise ValueError(f"{name} mixes label types ({', '.join(kinds)}); pass labels of one type, e.g. "
-                         f"{name}.astype(str)") from None
-
-
-def _plain(name: str, value):
-    """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
-    and devices strings; anything else that is not a number, string, boolean or None cannot be saved."""
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    if isinstance(value, (os.PathLike, torch.device)):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    hint = "; pass an integer random_state (or None)" if name == "random_state" else ""
-    raise TypeError(f"parameter {name}={value!r} cannot be saved (only numbers, strings, booleans, None){hint}")
-
-
-def _check_device(device) -> None:
-    """A clear error for a device torch does not know or that this machine lacks (CUDA)."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"unknown device {device!r} ({exc}); use 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} needs CUDA, which this torch build or machine does not have; use 'cpu'")
-
-
-def _check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_row: int = 0) -> None:
-    """ValueError naming the rows (numbered from ``first_row``: a streamed block's offset) with NaN/inf."""
-    bad = ~np.isfinite(X).all(axis=1)
-    if bad.any():
-        rows = np.flatnonzero(bad) + first_row
-        shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
-        raise ValueError(f"{name} contains NaN or infinity in {len(rows)} row(s), first: {shown}; "
-                         f"impute or drop them before {when}")
-
-
-def _non_numeric_columns(X) -> list:
-    """Columns of a 2-D array-like that do not convert to float (names for data frames, indices otherwise)."""
-    if hasattr(X, "columns"):
-        cols = list(X.columns)
-        arr = [np.asarray(X[c], dtype=object) for c in cols]
-    else:
-        A = np.asarray(X, dtype=object)
-        if A.ndim != 2:
-            return []
-        cols, arr = list(range(A.shape[1])), [A[:, j] for j in range(A.shape[1])]
-    bad = []
-    for c, col in zip(cols, arr):
-        try:
-            col.astype(np.float64)
-        except (TypeError, ValueError):
-            bad.append(c)
-    return bad
-
-
-def _validated(estimator, X, y=None, *, reset: bool, name: str = "X", when: str | None = None):
-    """scikit-learn validation with our messages: non-numeric columns named, NaN/inf rows named (``name``
-    and ``when`` for the messages: the validation rows are checked as "X_val" while "fitting")."""
-    try:
-        if y is None:
-            out = validate_data(estimator, X, reset=reset, dtype=np.float64, ensure_all_finite=False)
-        else:
-            out = validate_data(estimator, X, y, reset=reset, dtype=np.float64, ensure_all_finite=False)
-    except (TypeError, ValueError) as exc:
-        if "Complex data not supported" in str(exc):     # scikit-learn's message dumps the whole array
-            raise ValueError(f"Complex data not supported: {name} is complex; pass real features (e.g. the real "
-                             "and imaginary parts as columns)") from None
-        bad = _non_numeric_columns(X) if not hasattr(X, "tocsr") else []
-        if bad:
-            raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
-                            "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
-        raise
-    _check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"))
-    return out
-
-
-def _check_data_parallel_extractor(extractor) -> None:
-    """Refuse a feature extractor whose forward pass depends on the rows it is given as a batch.
-
-    Each rank sees its shard of the minibatch and only gradients are summed, so batch normalisation would
-    normalise with shard statistics (and each rank's running statistics would drift apart), and dropout
-    would draw other masks than a single process: the fit would not be the single-process fit on the
-    same global minibatches, which is what data-parallel training promises."""
-    if extractor is None:
-        return
-    bad = sorted({type(m).__name__ for m in extractor.modules()
-                  if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd))})
-    if bad:
-        raise ValueError(f"data-parallel training cannot reproduce the single-process fit with {', '.join(bad)} in "
-                         "the feature_extractor (each process would use its own shard's batch statistics or dropout "
-                         "masks): fit such a model in one process")
+def _capable(flag: str) -> tuple[str, ...]:
+    """The methods whose engines declare capability ``flag``."""
+    return tuple(name for name, m in METHODS.items() if getattr(m.capabilities, flag))
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
     """Sparse Gaussian-process classifier with inducing points (multi-class and binary).
 
     Args:
-        method: inference method: "vi" (Hensman et al. 2015; free Gaussian q, ELBO), "ep" (EP with
-            rank-one sites on the pairwise step factors, scalable-ep §2.2), "sep" (stochastic EP, tied
-            sites, memory independent of N, §2.3.1), "pep" (Power EP with rank-one sites on the
-            robust-max likelihood, alpha paper §3.1), "apep" (tied factor optimised by gradient of
-            the Power-EP energy, alpha §3.2), "arpep" (free Gaussian q, alpha eq. 9), "rpapep"
-            (free Gaussian q with the prior as one more factor, alpha eq. 10),
-            "gfitc" (EP in function space on the FITC prior with the exact step likelihood, warm-started
-            and run for at most 20 sweeps, relative tolerance 1e-3, before each hyper-parameter step —
-            ``state_.report()`` says whether the last run converged; full batch only, use optimizer="lbfgs").
-            "bsvm" (Bayesian SVM, multiclass-bayesian-svm §3: the Crammer–Singer hinge pseudo-likelihood,
-            ELBO eq. 12 with q(λ_n) at its optimum, inducing inputs shared by all classes; with 2 classes
-            the binary Bayesian SVM of eq. 3 with one latent function; ``shared_inducing`` is ignored and
-            ``likelihood`` must stay at its default; predict_proba = P(argmax f* = c)). The paper's one-vs-rest
-            baseline is ``sklearn.multiclass.OneVsRestClassifier(GPClassifier(method="bsvm"))``: each
-            2-class sub-problem is then the binary BSVM.
-            "rmgpc" (robust multi-class GPC, Hernández-Lobato et al. 2011: step likelihood plus outlier
-            indicators z_i ~ Bernoulli(ρ), ρ ~ Beta(outlier_prior_a, outlier_prior_b); EP in function space;
-            predict_proba = (1 − E[ρ]) P(argmax) + E[ρ]/C; ``epsilon`` is ignored, it is set to E[ρ]) and
-            "smgpc" (the same without indicators: step likelihood with latent Gaussian noise). Both are
-            full batch (use optimizer="lbfgs"); with n_inducing >= the number of rows the GP is the full GP
-            (FITC with Z = X, fixed: exact), otherwise FITC with n_inducing inducing points.
+        method: inference method, one of ``registry.METHODS`` (the README's method table): "vi", "ep", "sep",
+            "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc". "gfitc", "rmgpc" and "smgpc"
+            run EP in function space on the whole data (full batch; use optimizer="lbfgs"); with n_inducing
+            >= the number of rows "rmgpc"/"smgpc" are the full GP (FITC with Z = X, fixed: exact). "bsvm" uses
+            its own hinge pseudo-likelihood and inducing inputs shared by all classes (``likelihood`` must stay
+            at its default); its ``predict`` is argmax_c of the posterior mean of f*_c. "rmgpc" sets ε to E[ρ],
+            and predict_proba = (1 − E[ρ]) P(argmax) + E[ρ]/C.
         alpha: the α of "pep", "apep", "arpep", "rpapep", in (0, 1] (1 = EP; → 0 approaches VI).
         likelihood: "robustmax" (step likelihood with label-noise ε; with 2 classes it keeps two latent
-            functions — the pairwise C = 2 model, a valid binary model, used by every EP-family method),
-            or the additive-noise likelihoods of Liu et al. (``method="vi"`` only): "step", "probit",
-            "logit" (GPC-I/II/III: Gaussian noise of variance a = 0, 1, 2.897 on an internal robust step,
-            analytic ELBO eqs. 8/18) and "softmax" (GPCsm, analytic bound eq. 25). With 2 classes these
-            use their binary form with ONE latent function (eqs. 5, 8, 9; softmax: the logistic
-            likelihood on f = f_1 − f_0). "step"/"probit"/"logit" also work with "ep", "sep" and "pep"
-            for 2 classes: one site per point on the single latent function (probit sites mixed with δ).
+            functions, the pairwise C = 2 model), or the additive-noise likelihoods (``method="vi"``): "step",
+            "probit", "logit" (GPC-I/II/III, analytic ELBO eqs. 8/18) and "softmax" (GPCsm, bound eq. 25); with 2
+            classes these use one latent function. "step"/"probit"/"logit" also work with "ep", "sep" and "pep"
+            for 2 classes (one probit site per point).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
-            "matern52+rbf" (sum; additive-noise-gpc Table V: the RBF term starts at 10× the Matérn
-            length-scale, App. D's 0.1√D and √D when init_lengthscale = 0.1√D).
+            "matern52+rbf" (sum; the RBF term starts at 10× the Matérn length-scale, additive-noise-gpc App. D).
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
         inducing_init: "kmeans" or "random" (a random subset of training rows).
         learn_inducing: optimise the inducing inputs.
@@ -313,11 +73,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         epsilon: robust-max label-noise probability; learn_epsilon: make it trainable.
         damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05 or the
             damping itself when it is smaller).
-        optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter
-            rates ×1.02 while a gradient keeps its sign, ×0.5 when it flips; the rule has no bound, so
-            a rate whose gradient keeps its sign grows as 1.02^t — PEP at α = 10⁻³ on satimage diverged
-            at step ~1 200 of 2 000, docs/results-alpha.md; the papers ran it for 250–500 steps).
-            learning_rate: step size.
+        optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter rates ×1.02
+            while a gradient keeps its sign, ×0.5 when it flips; unbounded, so meant for the papers' few hundred
+            steps). learning_rate: step size.
         lr_decay: Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch.
@@ -327,53 +85,36 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         eval_every: steps between evaluations of the validation data passed to ``fit``.
         checkpoint_path, checkpoint_every: resumable checkpoints every K steps; ``fit(..., resume=True)`` continues.
         feature_extractor: optional ``torch.nn.Module`` mapping X [N,D] to features [N,D'] (hybrid model,
-            multiclass-bayesian-svm §3.4; free-Gaussian methods "vi", "arpep", "rpapep", "bsvm"). ``fit``
-            trains a copy jointly with the GP by backpropagation (the argument itself is not modified);
-            inducing inputs live in feature space, initialised by k-means on the features of the initial
-            extractor. ``save`` stores its weights; ``load(path, feature_extractor=module)`` needs a module
-            of the same architecture to load them into. It is converted to ``dtype``. End it with
-            ``nn.BatchNorm1d(D', affine=False)``: without a normalisation the features can leave the kernel's
-            length-scales within a few steps, and with a per-row one (LayerNorm) the jointly trained
-            extractor can still map every input to one point, which lowers the predictive variance faster
-            than the GP mean can learn to discriminate (measured with the paper's MNIST CNN: 10% accuracy
-            with LayerNorm, 95% with BatchNorm after 60 steps; docs/results-bsvm.md). The extractor is in
-            training mode during ``fit`` and in eval mode for prediction.
-        noise_variance: a of "step"/"probit"/"logit" (None = 0, 1, 2.897 respectively); a user-given
-            a ≥ 0 replaces it (a = 0 is exact, not approximated). Only for these three likelihoods.
+            multiclass-bayesian-svm §3.4; free-Gaussian methods). ``fit`` trains a copy jointly with the GP (the
+            argument is not modified); inducing inputs live in feature space, initialised by k-means on the
+            features of the initial extractor. ``save`` stores its weights; ``load(path, feature_extractor=
+            module)`` needs a module of the same architecture. End it with ``nn.BatchNorm1d(D', affine=False)``
+            (docs: a per-row normalisation can collapse the features). Training mode during ``fit``, eval mode
+            for prediction.
+        noise_variance: a of "step"/"probit"/"logit" (None = 0, 1, 2.897 respectively; a = 0 is exact).
         delta: initial robustness δ of "step"/"probit"/"logit" (eqs. 5, 15), in (0, (C−1)/C);
             learn_delta: optimise δ with the hyper-parameters (default, §IV-B-1) or keep it fixed.
-        n_samples_predict: points S of the "softmax" prediction (eq. 26); softmax_predict: "qmc"
-            (scrambled Sobol points with a fixed seed, deterministic; default) or "mc" (seeded Monte
-            Carlo, the paper's estimate). With 2 classes the softmax prediction is a 1-D Gauss–Hermite
-            integral and these are unused.
-        init_lengthscale: initial kernel length-scale (a number, all dimensions); None = √D × the
-            standard deviation of each feature, floored so that no single feature isolates a row
-            (``initial_lengthscales``). init_variance: initial kernel amplitude σ²
-            (additive-noise-gpc App. D: 0.1√D and 5.0).
+        n_samples_predict: points S of the "softmax" prediction (eq. 26); softmax_predict: "qmc" (scrambled
+            Sobol points with a fixed seed, deterministic; default) or "mc" (seeded Monte Carlo, the paper's).
+        init_lengthscale: initial kernel length-scale (a number, all dimensions); None = √D × the standard
+            deviation of each feature, floored so that no single feature isolates a row
+            (``initialization.initial_lengthscales``). init_variance: initial kernel amplitude σ².
         warm_start: when the estimator was fitted before with the same classes (and features), ``fit``
-            continues from the previous hyper-parameters, inducing inputs, feature extractor and q instead
-            of re-initialising them (used by active learning). The site-based methods carry their
-            sites over: ep/pep/gfitc/rmgpc/smgpc match each training row to an identical row (features
-            and label) of the previous fit and keep its sites, a new row's start as in a cold fit and
-            a dropped row's leave q; sep scales its tied site to the new slot counts; apep keeps its
-            tied factor. Their damping clock restarts.
+            continues from the previous hyper-parameters, inducing inputs, feature extractor and q (used by
+            active learning). Methods with per-row sites match each training row to an identical row (features
+            and label) of the previous fit and keep its sites; sep scales its tied site to the new slot counts;
+            apep keeps its tied factor. Their damping clock restarts. ``warm_started_`` says what happened.
         outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
             (default Beta(1, 9): prior mean 0.1).
         sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
-            recomputed from the SEP cavity; default) or "tied" (the cavity q/φ̃^{1/n} of the paper's
-            wording, whose gradient is biased: ``sgpc.sep`` and docs/results.md).
-        compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch
-            method (vi, sep, apep, arpep, rpapep): "default" or "reduce-overhead" (CUDA graphs). Meant for
-            ``device="cuda"``, where a step is bound by kernel launches. In an MNIST-shaped fit (M = 200,
-            B = 200) on an H100 a "vi" step took 3.5 ms instead of 7.8 with "reduce-overhead", and a "sep"
-            step 46.9 ms instead of 18.6: use it for vi, not sep (arpep, rpapep and apep were not timed;
-            SEP's compiled loss has since been cut from 15 graphs to 8, not yet timed on a GPU).
-            On the CPU "default" gained 0–20% on satimage-shaped steps and nothing at the MNIST shape. The
-            first step compiles (20–60 s); the site updates of sep/apep stay eager.
+            recomputed from the SEP cavity; default) or "tied" (the paper's wording; biased, ``sgpc.sep``).
+        compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch method
+            that streams ("default" or "reduce-overhead", CUDA graphs): meant for ``device="cuda"``, where a step
+            is bound by kernel launches; the first step compiles.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
-    posterior_ (InducingPosterior), history_ (dict), n_iter_; for "rmgpc"/"smgpc" also outlier_proba_
-    [N] (posterior probability that each training label is an outlier, σ(q_i); zeros for "smgpc").
+    posterior_ (InducingPosterior), history_ (dict), n_iter_, warm_started_; for "rmgpc"/"smgpc" also
+    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
     """
 
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
@@ -429,118 +170,79 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.sep_log_z = sep_log_z
         self.compile = compile
 
-    # -- strings -> objects ------------------------------------------------------------------------
+    # -- parameters -> objects -----------------------------------------------------------------------
+    @property
+    def _method(self):
+        """The registry entry of ``method`` (after ``_check_options``)."""
+        return METHODS[self.method]
+
     def _check_options(self) -> None:
-        _choice("method", self.method, METHODS)
-        _choice("likelihood", self.likelihood, LIKELIHOODS)
-        _choice("kernel", self.kernel, KERNELS)
-        _choice("dtype", self.dtype, tuple(DTYPES))
-        _choice("inducing_init", self.inducing_init, ("kmeans", "random"))
-        _choice("sep_log_z", self.sep_log_z, LOG_Z_KINDS)
-        _choice("compile", self.compile, COMPILE_MODES)
-        if self.compile is not None and (self.method not in STREAM_METHODS or self.batch_size is None
+        check_choice("method", self.method, tuple(METHODS))
+        check_choice("likelihood", self.likelihood, _USER_LIKELIHOODS)
+        check_choice("kernel", self.kernel, tuple(KERNELS))
+        check_choice("dtype", self.dtype, tuple(DTYPES))
+        check_choice("inducing_init", self.inducing_init, ("kmeans", "random"))
+        check_choice("sep_log_z", self.sep_log_z, LOG_Z_KINDS)
+        check_choice("compile", self.compile, COMPILE_MODES)
+        caps = self._method.capabilities
+        streamable = _capable("streamable")
+        if self.compile is not None and (not caps.streamable or self.batch_size is None
                                          or self.feature_extractor is not None):
             raise ValueError(f"compile={self.compile!r} applies to the minibatch steps of "
-                             f"{', '.join(map(repr, STREAM_METHODS))} without a feature extractor (set batch_size); "
+                             f"{', '.join(map(repr, streamable))} without a feature extractor (set batch_size); "
                              f"got method={self.method!r}, batch_size={self.batch_size!r}"
                              f"{', a feature extractor' if self.feature_extractor is not None else ''}")
-        if self.method in ("gfitc", "rmgpc", "smgpc") and self.batch_size is not None:
+        if caps.full_batch_only and self.batch_size is not None:
             raise ValueError(f"method={self.method!r} runs EP to convergence on the whole data set: use batch_size=None")
-        if self.method in ("rmgpc", "smgpc"):
+        if self.method in ("rmgpc", "smgpc"):           # the options of the outlier model
             if self.learn_epsilon:
                 raise ValueError(f"method={self.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
             for name in ("outlier_prior_a", "outlier_prior_b"):      # the Beta prior of ρ
-                _real(name, getattr(self, name), low=0.0)
-        _check_device(self.device)
+                check_real(name, getattr(self, name), low=0.0)
+        check_device(self.device)
         for name in ("learn_inducing", "shared_inducing", "shared_kernel", "learn_epsilon", "learn_delta", "warm_start"):
-            _flag(name, getattr(self, name))
-        _real("latent_noise", self.latent_noise, low=0.0, low_closed=True, none="no noise term")
-        _real("alpha", self.alpha, low=0.0, high=1.0)
-        _real("damping", self.damping, low=0.0, high=1.0)
-        _real("epsilon", self.epsilon, low=0.0, high=1.0, high_closed=False)
-        _real("learning_rate", self.learning_rate, low=0.0)
-        _real("lr_decay", self.lr_decay, low=0.0, high=1.0)
+            check_flag(name, getattr(self, name))
+        check_real("latent_noise", self.latent_noise, low=0.0, low_closed=True, none="no noise term")
+        check_real("alpha", self.alpha, low=0.0, high=1.0)
+        check_real("damping", self.damping, low=0.0, high=1.0)
+        check_real("epsilon", self.epsilon, low=0.0, high=1.0, high_closed=False)
+        check_real("learning_rate", self.learning_rate, low=0.0)
+        check_real("lr_decay", self.lr_decay, low=0.0, high=1.0)
         if not (isinstance(self.n_inducing, (int, np.integer)) and not isinstance(self.n_inducing, (bool, np.bool_))
                 and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
         if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
             raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(self.feature_extractor).__name__}")
-        if self.feature_extractor is not None and self.method not in FREE_GAUSSIAN_METHODS:
+        if self.feature_extractor is not None and not caps.free_gaussian:
             raise ValueError(f"feature_extractor needs a free-Gaussian method "
-                             f"({', '.join(map(repr, FREE_GAUSSIAN_METHODS))}), got method={self.method!r}")
-        self._check_additive_options()
+                             f"({', '.join(map(repr, _capable('free_gaussian')))}), got method={self.method!r}")
+        self._check_likelihood_options()
 
-    def _check_additive_options(self) -> None:
-        if self.likelihood in ADDITIVE_LIKELIHOODS and self.method != "vi" and not (
-                self.method in ("ep", "sep", "pep") and self.likelihood in EP_BINARY_LIKELIHOODS):
+    def _check_likelihood_options(self) -> None:
+        method = self._method
+        binary = self.likelihood in method.binary_likelihoods
+        if self.likelihood not in method.likelihoods and not binary:
+            ep_binary = tuple(m for m, e in METHODS.items() if self.likelihood in e.binary_likelihoods)
             raise ValueError(f"likelihood={self.likelihood!r} works with method='vi'"
-                             f"{' and, for 2 classes, ep/sep/pep' if self.likelihood in EP_BINARY_LIKELIHOODS else ''}; "
+                             f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
                              f"got method={self.method!r} (EP-family methods use likelihood='robustmax')")
         if self.noise_variance is not None:
             if self.likelihood not in ("step", "probit", "logit"):
                 raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
                                  f"not {self.likelihood!r}")
-            _real("noise_variance", self.noise_variance, low=0.0, low_closed=True)
-        _real("delta", self.delta, low=0.0, high=1.0, high_closed=False)
+            check_real("noise_variance", self.noise_variance, low=0.0, low_closed=True)
+        check_real("delta", self.delta, low=0.0, high=1.0, high_closed=False)
         if not (isinstance(self.n_samples_predict, (int, np.integer)) and self.n_samples_predict >= 1):
             raise ValueError(f"n_samples_predict must be a positive integer, got {self.n_samples_predict!r}")
-        _choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
-        _real("init_lengthscale", self.init_lengthscale, low=0.0, none="from the features' spread")
-        _real("init_variance", self.init_variance, low=0.0)
+        check_choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
+        check_real("init_lengthscale", self.init_lengthscale, low=0.0, none="from the features' spread")
+        check_real("init_variance", self.init_variance, low=0.0)
 
     def _torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
-    def _make_kernel(self, D: int, L: int, lengthscale) -> torch.nn.Module:
-        if self.init_lengthscale is not None:
-            lengthscale = float(self.init_lengthscale)
-        kw = dict(shared=self.shared_kernel, lengthscale=lengthscale, noise=self.latent_noise,
-                  variance=float(self.init_variance), dtype=self._torch_dtype())
-        if self.kernel == "matern52+rbf":   # additive-noise-gpc Table V / App. D; one latent-noise term
-            rbf_ls = None if lengthscale is None else 10.0 * torch.as_tensor(lengthscale, dtype=torch.float64)
-            return K.Sum(K.Matern(D, L, nu=2.5, **kw), K.RBF(D, L, **{**kw, "lengthscale": rbf_ls, "noise": None}))
-        if self.kernel == "rbf":
-            return K.RBF(D, L, **kw)
-        if self.kernel == "linear":
-            return K.Linear(D, L, **kw)
-        return K.Matern(D, L, nu={"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[self.kernel], **kw)
-
-    def _make_likelihood(self, C: int) -> torch.nn.Module:
-        if self.method == "bsvm":
-            return BinaryHinge() if C == 2 else MulticlassHinge(C)
-        if self.likelihood == "softmax":
-            if C == 2:
-                return BinarySoftmax()
-            return Softmax(C, n_samples_predict=int(self.n_samples_predict), predict_rule=self.softmax_predict)
-        if self.likelihood in NOISE_VARIANCE:
-            a = NOISE_VARIANCE[self.likelihood] if self.noise_variance is None else float(self.noise_variance)
-            if C == 2:
-                return BinaryAdditiveGaussian(a, self.delta, learn_delta=self.learn_delta)
-            return AdditiveGaussian(C, a, self.delta, learn_delta=self.learn_delta)
-        return RobustMax(C, epsilon=self.epsilon, learn_epsilon=self.learn_epsilon)
-
     def _make_engine(self):
-        # binary additive-noise likelihoods: one site per point on the single latent function (probit
-        # sites, Φ(s f/√a) mixed with δ); robust-max keeps the pairwise step factors of scalable-ep eq. 6
-        factor = "likelihood" if self.likelihood in EP_BINARY_LIKELIHOODS else "pairwise"
-        if self.method == "ep":
-            return EP(damping=self.damping, factor=factor)
-        if self.method == "sep":
-            return SEP(damping=self.damping, factor=factor, log_z=self.sep_log_z)
-        if self.method == "gfitc":
-            return GFITC(damping=self.damping)
-        if self.method in ("rmgpc", "smgpc"):
-            return RMGPC(damping=self.damping, outliers=self.method == "rmgpc",
-                         prior_a=float(self.outlier_prior_a), prior_b=float(self.outlier_prior_b))
-        if self.method == "pep":
-            return EP(alpha=self.alpha, factor="likelihood", damping=self.damping)
-        if self.method == "apep":
-            return APEP(alpha=self.alpha)
-        if self.method == "arpep":
-            return VI(alpha=self.alpha)
-        if self.method == "rpapep":
-            return VI(alpha=self.alpha, objective="rpapep")
-        return VI()
+        return make_engine(self.get_params(deep=False))
 
     def _train_settings(self) -> TrainSettings:
         return TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, lr_decay=self.lr_decay,
@@ -572,17 +274,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return validate
 
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale, extractor=None) -> SparseGP:
-        lik = self._make_likelihood(C)
-        kern = self._make_kernel(D, lik.n_latent, lengthscale)
+        params = self.get_params(deep=False)
+        lik = make_likelihood(params, C)
+        kern = make_kernel(params, D, lik.n_latent, lengthscale, self._torch_dtype())
         Zt = torch.as_tensor(Z, dtype=self._torch_dtype())
-        if not (self.shared_inducing or self.method == "bsvm"):   # bsvm: Z shared by all classes (§3.3)
+        if not (self.shared_inducing or self._method.shared_inducing):
             Zt = Zt.expand(lik.n_latent, *Zt.shape).clone()
         model = SparseGP(kern, lik, Zt, learn_inducing=self.learn_inducing, feature_extractor=extractor)
         return model.to(device=self.device, dtype=self._torch_dtype())
 
     # -- validation ----------------------------------------------------------------------------------
     def _validate_X(self, X, reset: bool, name: str = "X", when: str | None = None) -> np.ndarray:
-        return _validated(self, X, reset=reset, name=name, when=when)
+        return validated(self, X, reset=reset, name=name, when=when)
 
     def _copy_extractor(self) -> torch.nn.Module | None:
         """A private copy of ``feature_extractor`` in the estimator's dtype/device (None without one)."""
@@ -603,7 +306,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 *((str(self.device),) if with_device else ()),
                 self.noise_variance, bool(self.learn_delta), None if self.learn_delta else float(self.delta),
                 int(self.n_samples_predict), self.softmax_predict,
-                float(self.outlier_prior_a), float(self.outlier_prior_b), _architecture(self.feature_extractor))
+                float(self.outlier_prior_a), float(self.outlier_prior_b), architecture(self.feature_extractor))
 
     def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int, full_gp: bool = False) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
@@ -629,22 +332,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return M
 
     def _carried_state(self, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None):
-        """The previous fit's engine state carried over to the training set Xt, yt (a warm start).
-
-        Per-row sites follow their rows: ``keys`` (``row_keys`` of the new rows) are matched against
-        the previous fit's, each previous row used at most once; unmatched rows get −1 (a zero site)."""
-        carry = getattr(engine, "carry", None)
-        if carry is None:                  # a free Gaussian q: nothing depends on the training rows
-            return self.state_
+        """The previous fit's engine state carried over to the training set Xt, yt (a warm start): per-row
+        sites follow their rows, matched by ``keys`` (``warm_start.row_keys`` of the new rows)."""
         keep = None
         if keys is not None:
-            old = getattr(self, "_row_keys_", None)
-            rows: dict[int, list[int]] = {}
-            for i, k in enumerate(() if old is None else old.tolist()):
-                rows.setdefault(k, []).append(i)
-            keep_np = np.array([rows[k].pop(0) if rows.get(k) else -1 for k in keys.tolist()], dtype=np.int64)
-            keep = torch.as_tensor(keep_np, device=self.device)
-        return carry(self.model_, self.state_, Xt, yt, keep)
+            keep = torch.as_tensor(match_rows(getattr(self, "_row_keys_", None), keys), device=self.device)
+        return engine.carry(self.model_, self.state_, Xt, yt, keep)
 
     def _tensor(self, A: np.ndarray) -> torch.Tensor:
         A = np.asarray(A)
@@ -708,19 +401,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if (X_val is None) != (y_val is None):
             raise ValueError("pass X_val and y_val together (validation needs rows and their labels)")
         if comm is not None and comm.world_size > 1:
-            _check_data_parallel_extractor(getattr(self, "feature_extractor", None))
+            check_data_parallel_extractor(getattr(self, "feature_extractor", None))
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
             return self._fit_stream(self._as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
-        X, y = _validated(self, X, y, reset=True)
-        classes, y_enc = _unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
+        X, y = validated(self, X, y, reset=True)
+        classes, y_enc = unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
         check_classification_targets(y)
         previous_classes = getattr(self, "classes_", None)
         self.classes_ = classes
         if len(self.classes_) < 2:
             raise ValueError(f"y has only one class ({self.classes_[0]!r}); a classifier needs at least 2 classes")
-        if self.method in ("ep", "sep", "pep") and self.likelihood in EP_BINARY_LIKELIHOODS and len(self.classes_) != 2:
+        if self.likelihood not in self._method.likelihoods and len(self.classes_) != 2:   # a binary-only likelihood
             raise ValueError(f"method={self.method!r} with likelihood={self.likelihood!r} is the binary model (one "
                              f"latent function, probit sites); y has {len(self.classes_)} classes: use "
                              "likelihood='robustmax' for more than 2")
@@ -731,9 +424,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         generator = torch.Generator().manual_seed(seed)
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
-        full_gp = self.method in ("rmgpc", "smgpc") and M == N   # FITC with Z = X fixed is the full GP
+        full_gp = self._method.full_gp_at_n and M == N   # FITC with Z = X fixed is the full GP
         warm = self._warm(D, self.classes_, previous_classes, M, full_gp)
-        keys = row_keys(X, y_enc) if self.method in ROW_SITE_METHODS else None
+        keys = row_keys(X, y_enc) if self._method.capabilities.per_row_state else None
         if warm and full_gp:        # the full GP's inducing inputs are its training rows: Z follows X
             Zt = self._tensor(X)
             if self.model_.Z.ndim == 3:
@@ -742,7 +435,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if not warm:
             extractor = self._copy_extractor()
             # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
-            H = X if extractor is None else _features(extractor, Xt)
+            H = X if extractor is None else extractor_features(extractor, Xt)
             # hybrid: the spread of the initial features says little about the trained ones (a random CNN maps
             # all images close together): scale by each feature's root mean square instead
             std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
@@ -755,27 +448,30 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         settings = self._train_settings()
         validate = self._validator(engine, X_val, y_val)
         if self.verbose:
-            print(f"sgpc: {self.method} with {'hinge' if self.method == 'bsvm' else self.likelihood} likelihood, {len(self.classes_)} classes "
+            print(f"sgpc: {self.method} with {self._method.own_likelihood or self.likelihood} likelihood, {len(self.classes_)} classes "
                   f"({self.model_.n_latent} latent functions"
                   f"{'; binary form' if self.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, Xt, yt, settings, generator=generator,
                                         validate=validate, resume=resume, comm=comm)
         # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
         self.state_ = refresh(self.model_, engine, self.state_, Xt, yt, comm=comm)
-        record_engine_events(history, self.state_, len(history.iteration), reason="final refresh", final=True)
-        self.posterior_ = engine.posterior(self.model_, self.state_)
-        if self.method in ("rmgpc", "smgpc"):
-            self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)
-        elif hasattr(self, "outlier_proba_"):        # an earlier rmgpc fit's, of other rows
-            del self.outlier_proba_
-        self.history_ = history.as_dict()
-        self.n_iter_ = len(history.iteration)
+        record_engine_events(history, engine, self.state_, len(history.iteration), reason="final refresh", final=True)
+        self._finish(engine, history, warm, full_gp)
         if keys is not None:
             self._row_keys_ = keys
+        return self
+
+    def _finish(self, engine, history, warm: bool, full_gp: bool) -> None:
+        """The fitted attributes that every fit sets from its engine state and history."""
+        self.posterior_ = engine.posterior(self.model_, self.state_)
+        self.__dict__.pop("outlier_proba_", None)          # an earlier rmgpc fit's, of other rows
+        if self._method.outlier_model:
+            self.outlier_proba_ = engine.outlier_proba(self.state_).cpu().numpy().astype(np.float64)
+        self.history_ = history.as_dict()
+        self.n_iter_ = len(history.iteration)
         self._fitted_as_ = self._structure()     # what a warm start may continue
         self._full_gp_ = full_gp
         self.warm_started_ = bool(warm)
-        return self
 
     @staticmethod
     def _as_source(X, y=None, *, labelled: bool = True):
@@ -800,7 +496,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                          "sgpc.datasets.load_file")
 
     def _fit_stream(self, source, *, X_val=None, y_val=None, resume: bool = False, comm=None):
-        """Fit from a source without loading it (methods in ``STREAM_METHODS``, minibatches only).
+        """Fit from a source without loading it (streamable methods, minibatches only).
 
         One streaming pass (``stream.statistics``) gives N, the classes and their counts (SEP's slot
         counts), the features' standard deviations (the length-scale initialisation, as for arrays)
@@ -809,10 +505,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
         are not refreshed by a final full-data update (that would be one more pass over the data).
         """
-        if self.method not in STREAM_METHODS:
-            why = "is not implemented for streaming" if self.method == "bsvm" else \
-                "keeps per-point state and needs the data in memory"
-            raise ValueError(f"method={self.method!r} {why}; streaming supports {', '.join(map(repr, STREAM_METHODS))}")
+        caps = self._method.capabilities
+        if not caps.streamable:
+            why = "keeps per-point state and needs the data in memory" if caps.per_row_state or \
+                caps.full_batch_only else "is not implemented for streaming"
+            raise ValueError(f"method={self.method!r} {why}; streaming supports "
+                             f"{', '.join(map(repr, _capable('streamable')))}")
         if self.batch_size is None:
             raise ValueError("streaming from a file or source needs minibatches: set batch_size")
         if getattr(self, "feature_extractor", None) is not None:
@@ -833,39 +531,29 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, self.n_features_in_ = st.classes, source.n_features
         engine = self._make_engine()
         counts = torch.as_tensor(st.class_counts, dtype=self._torch_dtype(), device=self.device)
-        if warm:      # continue the previous fit (vi/arpep/rpapep/apep: as it is; sep: tied site rescaled)
+        if warm:      # continue the previous fit (vi/arpep/rpapep/apep: as it is; sep: tied site rescaled below)
             state = self.state_
-            if hasattr(engine, "counts_from_classes"):
-                state = engine.rescale(state, engine.counts_from_classes(counts))
         else:
             Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), self.inducing_init, seed=seed)
             # as for arrays, with the largest deviation taken over the uniform sample of rows
             self.model_ = self._build(D, len(self.classes_), Z, initial_lengthscales(st.X_sample, st.std))
             state = engine.init(self.model_, None, None, generator)
-            if hasattr(engine, "counts_from_classes"):       # SEP's slot counts n_l from the class counts
-                state = dataclasses.replace(state, counts=engine.counts_from_classes(counts))
+        if caps.rescalable:           # SEP's slot counts n_l from the class counts
+            state = engine.rescale(state, engine.counts_from_classes(counts))
         settings = self._train_settings()
         validate = self._validator(engine, X_val, y_val)
         if self.verbose:
             print(f"sgpc: {self.method} streamed, {len(self.classes_)} classes, N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, stream.LabelEncoded(source, self.classes_), None,
                                         settings, generator=generator, validate=validate, resume=resume, comm=comm)
-        self.posterior_ = engine.posterior(self.model_, self.state_)
-        self.history_ = history.as_dict()
-        self.n_iter_ = len(history.iteration)
-        if hasattr(self, "outlier_proba_"):          # an earlier rmgpc fit's (streaming has no rmgpc)
-            del self.outlier_proba_
-        self._fitted_as_ = self._structure()
-        self._full_gp_ = False
-        self.warm_started_ = bool(warm)
+        self._finish(engine, history, warm, full_gp=False)
         self._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
-        if hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
+        self.__dict__.pop("feature_names_in_", None)
         return self
 
     def _encode(self, y, name: str = "y") -> np.ndarray:
         y = np.asarray(y)
-        _unique_labels(y, name)
+        unique_labels(y, name)
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y
@@ -887,7 +575,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
-                _check_finite(Xb, when="predicting", first_row=row)
+                check_finite(Xb, when="predicting", first_row=row)
                 out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_, self._tensor(Xb))[which].cpu().numpy()
                 row += len(Xb)
             return out
@@ -923,15 +611,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "posterior_")
         classes = self.classes_
         fitted_with = getattr(self, "_fitted_params_", None) or self.get_params(deep=False)
-        params = {k: _plain(k, v) for k, v in fitted_with.items() if k != "feature_extractor"}
+        params = {k: plain_value(k, v) for k, v in fitted_with.items() if k != "feature_extractor"}
         payload = {
-            "format": _FORMAT, "version": _VERSION,
             "params": params,
             "has_feature_extractor": self.model_.feature_extractor is not None,
             "classes": classes.tolist(), "classes_dtype": classes.dtype.str,
             "n_features_in": int(self.n_features_in_),
             "model": {k: v.detach().cpu() for k, v in self.model_.state_dict().items()},
-            "state": _state_to_dict(self.state_),
+            "state": state_to_dict(self.state_),
             "posterior": {"mean": self.posterior_.mean.detach().cpu(), "chol": self.posterior_.chol.detach().cpu()},
             "history": self.history_, "n_iter": int(self.n_iter_),
             "warm_started": bool(getattr(self, "warm_started_", False)),
@@ -942,8 +629,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
-        payload["checksum"] = digest(payload)
-        atomic_save(path, payload)
+        save_model(path, payload)
 
     @classmethod
     def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None,
@@ -956,20 +642,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             device: where the loaded model lives ("cpu", "cuda", ...). None: the device it was fitted
                 on, or the CPU (with a warning) when that was a CUDA device and none is available here.
         """
-        try:
-            d = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise
-        except Exception as exc:  # truncation and foreign formats raise many different exception types
-            raise ModelFileError(f"{path} is not a readable sgpc model file ({file_error_detail(exc)})") from None
-        if not isinstance(d, dict) or d.get("format") != _FORMAT:
-            raise ModelFileError(f"{path} is not an sgpc model file")
-        if d.get("version") != _VERSION:
-            raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {_VERSION}")
-        stored = d.pop("checksum", None)        # files written before checksums were added have none
-        if stored is not None and stored != digest(d):
-            raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
-                                 "its content); refit or restore the file from a copy")
+        d = load_model(path)
         if bool(d.get("has_feature_extractor", False)) != (feature_extractor is not None):
             raise ValueError(f"{path} was saved " + ("with a feature extractor: pass a module of the same architecture, "
                              "GPClassifier.load(path, feature_extractor=module)" if d.get("has_feature_extractor")
@@ -979,7 +652,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ModelFileError(f"{path} is damaged: its parameters are a {type(params).__name__}, not a mapping")
         params = dict(params)
         if device is not None:
-            _check_device(device)              # the argument's fault, not the file's
+            check_device(device)              # the argument's fault, not the file's
             params["device"] = device
         elif str(params.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"{path} was fitted on {params['device']!r}, which is not available here: loading on the CPU",
@@ -1001,8 +674,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             est.model_.eval()
             engine = est._make_engine()
             state = engine.init(est.model_, None, None, torch.Generator())
-            est.state_ = _load_state(state, d["state"])
-            if est.method in ("rmgpc", "smgpc"):
+            est.state_ = load_state(state, d["state"])
+            if est._method.outlier_model:
                 est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
             est.posterior_ = InducingPosterior(mean=d["posterior"]["mean"].to(est.device, est._torch_dtype()),
                                                chol=d["posterior"]["chol"].to(est.device, est._torch_dtype()))

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import torch
 from torch import nn
 
+from .engine import Capabilities, Engine
 from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -453,7 +454,7 @@ class GFITCState:
 
 
 @dataclass(frozen=True)
-class GFITC:
+class GFITC(Engine):
     """Settings of the GFITC engine (scalable-ep §3): EP in function space on the FITC prior, full batch.
 
     Attributes:
@@ -467,6 +468,8 @@ class GFITC:
         log_factor: log normaliser of one pairwise factor under its cavity (default: step).
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities(per_row_state=True, full_batch_only=True,
+                                                        closed_form_update=True)
     damping: float = 0.5
     tol: float = 1e-3
     max_sweeps: int = 20
@@ -524,7 +527,7 @@ class GFITC:
 
     @torch.no_grad()
     def update(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-               idx: torch.Tensor | None = None) -> GFITCState:
+               idx: torch.Tensor | None = None, *, geometry=None) -> GFITCState:
         """Run EP to convergence at the current hyper-parameters (warm start from ``state``'s sites)."""
         self._check_full_batch(state, X, idx)
         y = y.long()
@@ -538,7 +541,7 @@ class GFITC:
                           reset=state.reset + rep.n_reset)
 
     def loss(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-             idx: torch.Tensor | None = None) -> torch.Tensor:
+             idx: torch.Tensor | None = None, *, geometry=None) -> torch.Tensor:
         """−log Z_EP with the sites held fixed (scalar, differentiable w.r.t. the model's parameters)."""
         self._check_full_batch(state, X, idx)
         tau, nu = site_totals(state.y, state.sites)
@@ -553,3 +556,11 @@ class GFITC:
     def trainable(self, model: SparseGP, state: GFITCState) -> list[nn.Parameter]:
         """Hyper-parameters and inducing inputs; the sites are set by EP, not by the optimiser."""
         return list(model.parameters())
+
+    def counters(self, state: GFITCState) -> dict[str, int]:
+        """Skipped and re-damped site updates, latents reset to the prior (cumulative)."""
+        return {"skipped": int(state.skipped), "redamped": int(state.redamped), "reset": int(state.reset)}
+
+    def converged(self, state: GFITCState) -> bool:
+        """Whether the last EP run converged within ``max_sweeps``."""
+        return bool(state.converged)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -43,6 +43,7 @@ from torch.nn.functional import logsigmoid
 from torch.special import log_ndtr
 
 from . import fitc_ep as F
+from .engine import Capabilities, Engine
 from .gaussian import NotPositiveDefiniteError
 from .sparse import InducingPosterior, SparseGP
 
@@ -207,7 +208,7 @@ def _rel_change(new: torch.Tensor, old: torch.Tensor) -> float:
 
 
 @dataclass(frozen=True)
-class RMGPC:
+class RMGPC(Engine):
     """Settings of the RMGPC / SMGPC engine: function-space EP with outlier indicators, full batch.
 
     Attributes:
@@ -222,6 +223,8 @@ class RMGPC:
             small amount (~0.3% on the tests' problem); with "kl" it is exact.
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities(per_row_state=True, full_batch_only=True,
+                                                        closed_form_update=True)
     damping: float = 0.5
     tol: float = 1e-3
     max_sweeps: int = 20
@@ -269,6 +272,9 @@ class RMGPC:
         ref = model.Z
         if C < 2:
             raise ValueError(f"RMGPC needs one latent function per class (at least 2), got {C}")
+        if "likelihood.raw_epsilon" not in dict(model.named_buffers()):
+            raise ValueError("RMGPC needs a RobustMax likelihood with a fixed epsilon (learn_epsilon=False): "
+                             "it sets epsilon to the posterior mean of rho")
         if X is None or y is None:
             X = torch.zeros(0, ref.shape[-1], dtype=ref.dtype, device=ref.device)
             y = torch.zeros(0, dtype=torch.long, device=ref.device)
@@ -424,27 +430,31 @@ class RMGPC:
         tau, nu = F.site_totals(state.y, state.sites)
         return F.log_evidence(F.fitc_prior(model, X), tau, nu, state.log_Z_site) + state.log_Z_rest
 
-    def _set_epsilon(self, model: SparseGP, state: RMGPCState) -> None:
-        """Keep the model's robust-max ε at E[ρ] (SMGPC: ``SMGPC_EPSILON``), so prediction is eq. P(y*|x*)."""
-        raw = getattr(model.likelihood, "raw_epsilon", None)
-        if raw is None or isinstance(raw, nn.Parameter):
-            raise ValueError("RMGPC needs a RobustMax likelihood with a fixed epsilon (learn_epsilon=False): "
-                             "it sets epsilon to the posterior mean of rho")
+    def model_constants(self, state: RMGPCState) -> dict[str, float]:
+        """The robust-max ε = E[ρ] (SMGPC: ``SMGPC_EPSILON``) as the logit the likelihood stores, so that
+        prediction is the supplement's P(y*|x*); the fit loop writes it into the model's
+        ``likelihood.raw_epsilon`` buffer (a fixed ε: ``init`` refuses a learnable one)."""
         eps = min(max(self.expected_rho(state), SMGPC_EPSILON), 1.0 - 1e-12)
-        raw.copy_(torch.tensor(math.log(eps) - math.log1p(-eps), dtype=raw.dtype))
+        return {"likelihood.raw_epsilon": math.log(eps) - math.log1p(-eps)}
+
+    def counters(self, state: RMGPCState) -> dict[str, int]:
+        """Skipped and re-damped site updates, latents reset to the prior (cumulative)."""
+        return {"skipped": int(state.skipped), "redamped": int(state.redamped), "reset": int(state.reset)}
+
+    def converged(self, state: RMGPCState) -> bool:
+        """Whether the last EP run converged within ``max_sweeps``."""
+        return bool(state.converged)
 
     @torch.no_grad()
     def update(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-               idx: torch.Tensor | None = None) -> RMGPCState:
-        """Run EP (warm start) at the current hyper-parameters; sets the likelihood's ε to E[ρ]."""
+               idx: torch.Tensor | None = None, *, geometry=None) -> RMGPCState:
+        """Run EP (warm start) at the current hyper-parameters (``model_constants`` gives the ε = E[ρ] it implies)."""
         self._check_full_batch(state, X, idx)
         state = RMGPCState(**{**state.__dict__, "X": X.detach(), "y": y.long()})
-        new = self.run(F.fitc_prior(model, X), state)
-        self._set_epsilon(model, new)
-        return new
+        return self.run(F.fitc_prior(model, X), state)
 
     def loss(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-             idx: torch.Tensor | None = None) -> torch.Tensor:
+             idx: torch.Tensor | None = None, *, geometry=None) -> torch.Tensor:
         """−log Z_EP with the sites held fixed (scalar, differentiable w.r.t. the model's parameters).
 
         A line search can try hyper-parameters at which the fixed sites (some with negative precision)

@@ -34,13 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import torch
 
 from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd,
                  _whitened_precision, cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
-                 fresh_geometry, per_latent, q_from_precision, q_state, recall_geometry, site_update,
-                 update_geometry)
+                 detached_geometry, fresh_geometry, per_latent, q_from_precision, q_state, shared_geometry,
+                 site_update)
+from .engine import Capabilities, Engine
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -82,10 +84,12 @@ REMOVABLE = 1.0 - 1e-6   # "local": a site is removed from q only if c1·vᵀSv 
 
 
 @dataclass(frozen=True)
-class SEP:
+class SEP(Engine):
     """Settings of SEP. ``factor`` and the damping schedule as in ``ep.EP`` (α = 1); ``log_z``: which
     estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, increment=True, closed_form_update=True,
+                                                        shared_geometry=True, rescalable=True)
     factor: str = "pairwise"
     damping: float = 0.5
     decay: float = 0.99
@@ -151,11 +155,11 @@ class SEP:
         return eye + keep[:, None, None] * (P - eye), keep[:, None] * b
 
     @torch.no_grad()
-    def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None,
+    def update(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None, *, geometry=None,
                reduce: Callable[[SEPIncrement], object] | None = None) -> SEPState:
         """One parallel damped SEP update over the minibatch: ``apply(increment(...))``. ``reduce`` (data-
         parallel training) sums the increment over the ranks in place before it is applied."""
-        Lk, V, s = update_geometry(self, model, X)     # one factorisation of K_uu for the whole step
+        Lk, V, s = detached_geometry(model, X, geometry)     # one factorisation of K_uu for the whole step
         state, P, b = self._restore(state, Lk)  # and one whitened precision of the tied site
         inc = self.increment(model, state, X, y, Lk, Pb=(P, b), Vs=(V, s))
         if reduce is not None:
@@ -253,12 +257,21 @@ class SEP:
         c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
         return c1, c2, ok
 
-    def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None) -> torch.Tensor:
-        """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading."""
+    def geometry(self, model: SparseGP, X):
+        """L_K and the minibatch's directions, shared by ``update`` and ``loss`` (``shared_geometry``)."""
+        return shared_geometry(model, X)
+
+    def counters(self, state: SEPState) -> dict[str, int]:
+        """Skipped and re-damped site updates (cumulative)."""
+        return {"skipped": int(state.skipped), "redamped": int(state.redamped)}
+
+    def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None, *, geometry=None) -> torch.Tensor:
+        """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading;
+        ``geometry``: this step's ``geometry(model, X)`` at the current parameters, if the caller formed it."""
         fac = self.factors(model, y)
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
-            Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)   # differentiable, eq. (62)
+            Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)   # differentiable, eq. (62)
             P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
             LP = cholesky(P, jitter=0.0, what="EP posterior precision")
             with torch.no_grad():
@@ -276,7 +289,7 @@ class SEP:
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
                            LPb=(LP, b), R=R, current=True)
         sites = TiedSites(state.Lam, state.h)
-        Lk, V, s = recall_geometry(self, model, X) or fresh_geometry(model, X)
+        Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
         P, b = _whitened_precision(Lk, sites)
         g_q = g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)   # [L], differentiable
         global_term = g_q.sum()
@@ -376,9 +389,10 @@ class APEPState:
 
 
 @dataclass(frozen=True)
-class APEP:
+class APEP(Engine):
     """Settings of APEP: the power α in (0, 1]."""
 
+    capabilities: ClassVar[Capabilities] = Capabilities(streamable=True)
     alpha: float = 0.5
 
     def __post_init__(self):
@@ -389,15 +403,12 @@ class APEP:
         """q starts near the prior (T = 0.1·I, b = 0)."""
         return APEPState(TiedFactor(model.n_latent, model.n_inducing, dtype=model.Z.dtype, device=model.Z.device))
 
-    def carry(self, model, state, X, y, keep) -> APEPState:
-        """A warm start keeps the tied factor as it is (it enters the energy as a whole; N only sets the cavity)."""
+    def update(self, model, state, X, y, n_total, idx=None, *, geometry=None) -> APEPState:
+        """No closed-form step: the factor is optimised by gradient with the hyper-parameters. A warm start
+        keeps the tied factor as it is (``Engine.carry``: it enters the energy as a whole; N only sets the cavity)."""
         return state
 
-    def update(self, model, state, X, y, n_total, idx=None) -> APEPState:
-        """No closed-form step: the factor is optimised by gradient with the hyper-parameters."""
-        return state
-
-    def loss(self, model, state, X, y, n_total, idx=None) -> torch.Tensor:
+    def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None) -> torch.Tensor:
         """−energy estimate (scalar, differentiable)."""
         return -apep_energy(model, state.factor, X, y, n_total, self.alpha)
 

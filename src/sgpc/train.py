@@ -1,12 +1,13 @@
 """The fit loop shared by every engine: update → loss → backward → optimiser step.
 
-An engine (``vi.VI`` and the EP-family engines) provides ``init``, ``update`` (closed-form site
-step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|; both
-receive the minibatch rows X, y, the data-set size N and the rows' indices ``idx`` into the data set),
-``posterior`` and ``trainable``. This module owns what is common: minibatch order from one
-``torch.Generator`` (index minibatches of in-memory tensors, or block-shuffled minibatches streamed
-from a ``stream`` source, for engines whose state does not grow with N), the optimiser (Adam, or L-BFGS for full-batch fits), a history of the
-objective/time/validation metrics, a progress bar (tqdm), and checkpoints that can be resumed.
+An engine (``engine.Engine``: vi, the EP family, gfitc, rmgpc) provides ``init``, ``update`` (closed-form site
+step, a no-op for VI), ``loss`` (minibatch estimate of −objective, already scaled by N/|B|; both receive the
+minibatch rows X, y, the data-set size N and the rows' indices ``idx`` into the data set), ``posterior`` and
+``trainable``, and declares what else it can do (``engine.Capabilities``). This module owns what is common:
+minibatch order from one ``torch.Generator`` (index minibatches of in-memory tensors, or block-shuffled
+minibatches streamed from a ``stream`` source, for streamable engines), the optimiser (Adam, the papers'
+sign-adaptive rule, or L-BFGS for full-batch fits), a history of the objective/time/validation metrics, a
+progress bar (tqdm), and checkpoints that can be resumed (written and read by ``persist``).
 
 The optimiser minimises loss / N (per-datum scale, so learning rates and L-BFGS tolerances do
 not depend on N); the history records the objective itself (= −loss).
@@ -20,10 +21,7 @@ Data-parallel training (``comm``, a ``distributed.Communicator``): every rank dr
 minibatch from the same generator and processes its shard; the engine's closed-form step and the
 gradients are all-reduced (see ``distributed``), so every rank takes the same optimiser step.
 
-Checkpoints are plain dictionaries of tensors, numbers and strings written with ``torch.save``
-and read back with ``torch.load(weights_only=True)``: loading one never executes code.
-
-What this module does not do: any maths of a particular method, or label encoding.
+What this module does not do: any maths of a particular method, label encoding, or file formats.
 """
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ import dataclasses
 import hashlib
 import math
 import os
-import pickle
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -41,10 +38,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from .engine import Engine, write_constants
 from .gaussian import NotPositiveDefiniteError
+from .persist import CheckpointError, load_checkpoint, load_state, save_checkpoint, state_to_dict
 
-__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "record_engine_events", "save_checkpoint",
-           "load_checkpoint", "CheckpointError"]
+__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "record_engine_events"]
 
 OPTIMIZERS = ("adam", "lbfgs", "adaptive")
 COMPILE_MODES = (None, "default", "reduce-overhead")
@@ -82,10 +80,6 @@ class SignAdaptive(torch.optim.Optimizer):
         return loss
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file is missing, truncated, foreign or does not match the model."""
-
-
 @dataclass(frozen=True)
 class TrainSettings:
     """How to run the fit loop.
@@ -108,11 +102,9 @@ class TrainSettings:
             method, likelihood and its constants, priors, ...): a checkpoint resumes only a fit with the
             same one.
         compile: None (eager, the default) or a ``torch.compile`` mode for the engine's loss: "default"
-            (fused kernels) or "reduce-overhead" (also replays CUDA graphs). For minibatch steps on a GPU,
-            where a step is bound by kernel launches: in an MNIST-shaped VI fit on an H100 a step took 3.5 ms
-            instead of 7.8, but a SEP step took 46.9 ms instead of 18.6 (docs/results-scale.md). On the CPU
-            it gained 0–20% on satimage-shaped steps and nothing at the MNIST shape. The first step compiles
-            (20–60 s). The closed-form site updates of sep/apep stay eager.
+            (fused kernels) or "reduce-overhead" (also replays CUDA graphs), for minibatch steps on a GPU,
+            where a step is bound by kernel launches (measured gains per method: docs/). The first step
+            compiles; the closed-form site updates of sep/apep stay eager.
     """
 
     optimizer: str = "adam"
@@ -190,35 +182,6 @@ class History:
         return dataclasses.asdict(self)
 
 
-# -- engine state <-> plain dictionaries ------------------------------------------------------------
-def _state_to_dict(state) -> dict:
-    out = {}
-    for f in dataclasses.fields(state):
-        v = getattr(state, f.name)
-        if isinstance(v, nn.Module):
-            out[f.name] = {k: t.detach().clone() for k, t in v.state_dict().items()}
-        elif isinstance(v, torch.Tensor):
-            out[f.name] = v.detach().clone()
-        else:
-            out[f.name] = v
-    return out
-
-
-def _load_state(state, d: dict):
-    changes = {}
-    for f in dataclasses.fields(state):
-        if f.name not in d:
-            raise CheckpointError(f"checkpoint has no engine field {f.name!r}")
-        v = getattr(state, f.name)
-        if isinstance(v, nn.Module):
-            v.load_state_dict(d[f.name])
-        elif isinstance(v, torch.Tensor):
-            changes[f.name] = d[f.name].to(v.device, v.dtype)
-        else:
-            changes[f.name] = d[f.name]
-    return dataclasses.replace(state, **changes) if changes else state
-
-
 def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: "TrainSettings") -> dict:
     """What a checkpoint must have been written for: the model's structure (module classes, a Matérn's ν,
     the engine and its α), the engine's settings and the caller's model structure (``model``), the
@@ -239,74 +202,6 @@ def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: 
     return {"structure": "|".join(parts), "data": data, "model": f"{engine!r}|{settings.model_structure}",
             "training": {"optimizer": settings.optimizer, "learning_rate": float(settings.learning_rate),
                          "lr_decay": float(settings.lr_decay)}}
-
-
-def digest(payload: dict) -> str:
-    """blake2b of a saved file's content: every tensor (key path, dtype, shape, bytes) and every other value
-    (its repr), in key order — a flipped bit in any weight, site or optimiser moment changes it."""
-    h = hashlib.blake2b(digest_size=16)
-
-    def walk(obj, path: str) -> None:
-        if isinstance(obj, dict):
-            for k in sorted(obj, key=str):
-                walk(obj[k], f"{path}/{k}")
-        elif isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                walk(v, f"{path}/{i}")
-        elif isinstance(obj, torch.Tensor):
-            t = obj.detach().cpu().contiguous()
-            h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(f"{path}={obj!r}".encode())
-
-    walk(payload, "")
-    return h.hexdigest()
-
-
-def atomic_save(path: str | os.PathLike, payload: dict) -> None:
-    """Write ``payload`` with ``torch.save`` atomically (temporary file + rename), so an interrupted write
-    loses nothing and a failed one leaves no temporary file behind."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a directory; a file path is needed, e.g. {os.path.join(path, 'model.pt')}")
-    tmp = path + ".tmp"
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Write a checkpoint ``payload`` atomically (``atomic_save``), with its ``digest`` as "checksum"."""
-    atomic_save(path, {**payload, "checksum": digest(payload)})
-
-
-def file_error_detail(exc: Exception) -> str:
-    """Why torch could not read a model or checkpoint file, without torch's advice to load it unsafely
-    (``weights_only=False``) when the file holds arbitrary objects."""
-    if isinstance(exc, pickle.UnpicklingError):
-        return ("it holds objects other than tensors and plain values (not written by sgpc, or altered); "
-                "sgpc never unpickles such objects")
-    return f"{type(exc).__name__}: {exc}"
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a checkpoint written by ``save_checkpoint`` without executing code (weights_only)."""
-    try:
-        d = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # truncated, corrupt or foreign files raise many different types
-        raise CheckpointError(f"{path} is not a readable sgpc checkpoint ({file_error_detail(exc)})") from None
-    if not isinstance(d, dict) or d.get("format") != "sgpc-checkpoint":
-        raise CheckpointError(f"{path} is not an sgpc checkpoint")
-    stored = d.pop("checksum", None)          # checkpoints written before it existed lack it
-    if stored is not None and stored != digest(d):
-        raise CheckpointError(f"{path} is damaged: its content does not match its checksum")
-    return d
 
 
 class _IndexStream:
@@ -359,51 +254,48 @@ class _SourceStream:
                 torch.as_tensor(yb, dtype=torch.long, device=self.like.device), None)
 
 
-def refresh(model: nn.Module, engine, state, X: torch.Tensor, y: torch.Tensor, comm=None, chunk: int = 4096):
+def refresh(model: nn.Module, engine: Engine, state, X: torch.Tensor, y: torch.Tensor, comm=None,
+            chunk: int = 4096):
     """One closed-form update of the engine over all rows of X [N,D], y [N] (the sites' final refresh).
 
-    An engine with additive minibatch increments (``SEP.increment``/``apply``) sums them over chunks
-    of ``chunk`` rows (over this rank's shard and then over ranks with ``comm``) and takes one step:
-    the same update as on the whole data at once, in memory O(chunk·L·M) instead of O(N·L·M).
-    Other engines get ``engine.update`` on all rows (or ``comm.update`` on this rank's shard).
+    An engine with additive minibatch increments (``capabilities.increment``: ``increment``/``apply``) sums
+    them over chunks of ``chunk`` rows (over this rank's shard and then over ranks with ``comm``) and takes
+    one step: the same update as on the whole data at once, in memory O(chunk·L·M) instead of O(N·L·M).
+    Other engines get ``engine.update`` on all rows (or ``comm.update`` on this rank's shard). The model's
+    constants follow the new state (``Engine.model_constants``).
     """
     N = X.shape[0]
     idx = torch.arange(N, device=X.device)
     if comm is not None:
         X, y, idx, _ = comm.shard(X, y, idx)
-    if not hasattr(engine, "increment"):
-        return engine.update(model, state, X, y, N, idx) if comm is None else \
+    if not engine.capabilities.increment:
+        state = engine.update(model, state, X, y, N, idx) if comm is None else \
             comm.update(engine, model, state, X, y, N, idx)
-    if hasattr(engine, "restore"):    # as in SEP.update: a hyper-parameter step may have broken the tied site
-        with torch.no_grad():
-            state = engine.restore(model, state)
+        write_constants(model, engine, state)
+        return state
+    with torch.no_grad():     # as in the update: a hyper-parameter step may have broken the tied site
+        state = engine.restore(model, state)
     total = None
     for a in range(0, X.shape[0], chunk):
         inc = engine.increment(model, state, X[a:a + chunk], y[a:a + chunk])
         total = inc if total is None else dataclasses.replace(
             total, **{f.name: getattr(total, f.name) + getattr(inc, f.name) for f in dataclasses.fields(inc)})
     if comm is not None:
-        for f in dataclasses.fields(total):
-            comm.all_reduce(getattr(total, f.name))
-    return engine.apply(model, state, total)
+        comm.reduce_increment(total)
+    state = engine.apply(model, state, total)
+    write_constants(model, engine, state)
+    return state
 
 
-def _engine_counters(state) -> dict:
-    """The engine's cumulative guard counters: skipped and re-damped site updates, latents reset to the prior."""
-    out = {"skipped": int(getattr(state, "skipped", 0)), "redamped": int(getattr(state, "redamped", 0))}
-    if hasattr(state, "reset"):
-        out["reset"] = int(state.reset)
-    return out
-
-
-def record_engine_events(history: History, state, iteration: int, rejected: int = 0, reason: str | None = None,
-                         final: bool = False) -> None:
-    """Append an event to the history when a guard counter changed since the last event, so no skipped or
-    re-damped update and no reset latent goes unreported. ``final``: also when the engine's last EP run
-    (GFITC/RMGPC, which cap the sweeps per hyper-parameter step and warm-start the next) did not converge."""
-    now = _engine_counters(state)
+def record_engine_events(history: History, engine: Engine, state, iteration: int, rejected: int = 0,
+                         reason: str | None = None, final: bool = False) -> None:
+    """Append an event to the history when a guard counter (``Engine.counters``) changed since the last event,
+    so no skipped or re-damped update and no reset latent goes unreported. ``final``: also when the engine's
+    last EP run (GFITC/RMGPC, which cap the sweeps per hyper-parameter step and warm-start the next) did
+    not converge."""
+    now = engine.counters(state)
     last = history.events[-1] if history.events else {}
-    unconverged = final and hasattr(state, "converged") and not bool(state.converged)
+    unconverged = final and engine.converged(state) is False
     if unconverged or any(last.get(k, 0) != v for k, v in now.items()):
         extra = {"converged": False} if unconverged else {}
         history.events.append({"iteration": iteration, **now, **extra, "rejected": rejected,
@@ -417,14 +309,18 @@ class _Diverged(ArithmeticError):
 _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each time) before giving up
 
 
-def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None) -> torch.Tensor:
+def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None,
+          geometry=None) -> torch.Tensor:
     """One optimiser step on the minibatch; returns the per-datum loss (before the step). ``loss_fn``: the
     engine's ``loss`` or its compiled form.
 
     L-BFGS evaluates the objective up to 25 times in its line search. A feature extractor's forward pass
     moves its batch-normalisation statistics and draws new dropout masks each time: every evaluation
     starts from the statistics and the random state the step began with, so that the line search sees one
-    objective and a step moves the statistics once, as a step of the other optimisers does."""
+    objective and a step moves the statistics once, as a step of the other optimisers does. ``geometry``:
+    what the step's update shared with its loss (``Engine.geometry``), used by the first evaluation only (a
+    line search's later ones are at other parameters)."""
+    shared = [geometry]
     replay = None
     if extractor is not None and isinstance(opt, torch.optim.LBFGS):
         replay = ([b.detach().clone() for b in extractor.buffers()], torch.get_rng_state())
@@ -436,7 +332,7 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
                     b.copy_(v)
             torch.set_rng_state(replay[1])
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, state, Xb, yb, N, idx) / N
+        loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None) / N
         if comm is not None:
             loss = loss * weight
         loss.backward()
@@ -521,7 +417,158 @@ def _check_checkpoint_path(settings: TrainSettings, resume: bool) -> None:
                       "(and there is none to resume from); set checkpoint_every", UserWarning, stacklevel=3)
 
 
-def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
+def _optimizer(settings: TrainSettings, params: list) -> torch.optim.Optimizer:
+    """The optimiser of ``settings.optimizer`` over ``params``."""
+    if settings.optimizer == "adam":
+        # fused: one pass over each parameter per step (torch's CPU default loops over parameters with 7
+        # element-wise operators each); the arithmetic is the same up to rounding (docs/design-notes.md)
+        return torch.optim.Adam(params, lr=settings.learning_rate, fused=True)
+    if settings.optimizer == "adaptive":
+        return SignAdaptive(params, lr=settings.learning_rate)
+    # torch's stopping tolerances are absolute (no step when the directional derivative is above −1e-9 or every
+    # gradient entry is below 1e-7), and our loss is per datum (÷ N): on a large N or a flat objective every step
+    # was silently a no-op. The loop decides when to stop; one iteration and 25 evaluations per step bound the
+    # work, and a zero gradient still takes no step.
+    return torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
+                             line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
+
+
+def _check_fingerprint(where: str, written_for, fingerprint: dict) -> None:
+    """A ``CheckpointError`` unless the checkpoint was written for this model, engine, data and optimiser."""
+    if written_for is None:                       # checkpoints written before it existed lack it
+        return
+    if not isinstance(written_for, dict):
+        raise CheckpointError(f"{where} is damaged (its fingerprint is a {type(written_for).__name__})")
+    if written_for.get("structure") != fingerprint["structure"]:
+        raise CheckpointError(f"{where} was written for another model "
+                              f"(kernel, likelihood or method differ): {written_for.get('structure')!r}")
+    if written_for.get("model", fingerprint["model"]) != fingerprint["model"]:
+        raise CheckpointError(f"{where} was written for another model or engine setting: "
+                              f"{written_for['model']!r}; this fit: {fingerprint['model']!r}")
+    if written_for.get("data") != fingerprint["data"]:
+        raise CheckpointError(f"{where} was written for other data "
+                              f"({written_for.get('data')}; this fit: {fingerprint['data']}); resume on the same "
+                              "rows in the same order, or start afresh (resume=False)")
+    if "training" in written_for:
+        changed = {k: v for k, v in written_for["training"].items() if fingerprint["training"].get(k) != v}
+        if changed:
+            raise CheckpointError(
+                f"{where} was written with " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + "; this fit has "
+                + ", ".join(f"{k}={fingerprint['training'][k]!r}" for k in changed) + ": a checkpoint continues its "
+                "own optimiser and learning-rate schedule; resume with the settings it was started with, or "
+                "start afresh (resume=False)")
+
+
+@dataclass
+class _Resumed:
+    """What a checkpoint restores besides the model and optimiser (which it loads in place)."""
+
+    state: object
+    history: History
+    start: int
+    checkpoint: dict
+
+
+def _resume(path, model, engine, state, opt, generator, fingerprint: dict, n_steps: int) -> _Resumed:
+    """Load the checkpoint at ``path`` into the model, engine state, optimiser and generator, after checking
+    that it was written for this fit (``CheckpointError`` otherwise)."""
+    ck = load_checkpoint(path)
+    where = f"checkpoint {path}"
+    _check_fingerprint(where, ck.get("fingerprint"), fingerprint)
+    try:
+        model.load_state_dict(ck["model"])
+        state = load_state(state, ck["engine"])
+        opt.load_state_dict(ck["optimizer"])
+        generator.set_state(ck["generator"])
+        history = History(**ck["history"])
+        start = int(ck["iteration"])
+    except Exception as exc:        # a damaged or foreign entry: many types (KeyError, TypeError, ...)
+        raise CheckpointError(f"{where} does not match this model or is damaged: "
+                              f"{type(exc).__name__}: {exc}") from None
+    if start > n_steps:
+        raise CheckpointError(f"{where} is at iteration {start}, beyond this fit's {n_steps} "
+                              "(max_iter or n_epochs): resuming would return a model trained longer than asked; "
+                              "raise max_iter, or start afresh (resume=False)")
+    return _Resumed(state, history, start, ck)
+
+
+def _batch_source(X, y, settings: TrainSettings, generator, like: torch.Tensor, buffer_blocks: int,
+                  resumed: _Resumed | None):
+    """In-memory or streamed minibatches, positioned where a resumed fit left off."""
+    path = settings.checkpoint_path
+    if y is None:
+        batches = _SourceStream(X, settings.batch_size, generator, like, buffer_blocks)
+        if resumed is not None and resumed.start:
+            if "stream" not in resumed.checkpoint:
+                raise CheckpointError(f"checkpoint {path} was not written by a streamed fit")
+            try:
+                batches.batches.load_state_dict(resumed.checkpoint["stream"])
+            except ValueError as exc:
+                raise CheckpointError(f"checkpoint {path}: {exc}") from None
+        return batches
+    batches = _IndexStream(X, y, settings.batch_size, generator)
+    if resumed is not None and resumed.start and "batches" in resumed.checkpoint:   # older ones lack it
+        try:
+            batches.load_state_dict(resumed.checkpoint["batches"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint {path} does not match this data: {exc}") from None
+    return batches
+
+
+class _Rollback:
+    """The guard against a step that goes too far: what a rejected step rolls back to, and how many in a row.
+
+    It tracks the parameters and a hybrid model's batch-normalisation statistics (which move with every
+    forward pass: they went to inf with a diverging step and stayed there)."""
+
+    def __init__(self, params: list, extractor: nn.Module | None):
+        self.tracked = params + ([] if extractor is None else list(extractor.buffers()))
+        self.last_good, self.rejected, self.in_a_row = None, 0, 0
+
+    def snapshot(self) -> list:
+        return [t.detach().clone() for t in self.tracked]
+
+    def accept(self, before: list) -> None:
+        self.last_good, self.in_a_row = before, 0
+
+    def reject(self, exc: Exception, opt: torch.optim.Optimizer) -> None:
+        """Go back to the last parameters whose objective was finite and halve the learning rates, or raise
+        ``FloatingPointError`` after ``_MAX_REJECTED`` rejections in a row (or before any good step)."""
+        self.in_a_row += 1
+        if self.last_good is None or self.in_a_row > _MAX_REJECTED:
+            raise FloatingPointError(f"{exc}; {self.in_a_row - 1} step(s) rejected and retried with halved learning "
+                                     "rates; lower learning_rate or use dtype='float64'") from exc
+        _roll_back(opt, self.tracked, self.last_good)
+        self.rejected += 1
+
+    def state_dict(self) -> dict:
+        return {"last_good": self.last_good, "rejected": self.rejected}
+
+    def load_state_dict(self, ck: dict) -> None:
+        if ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
+            self.last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], self.tracked, strict=True)]
+            self.rejected = int(ck["rejected"])
+
+
+def _validation_row(validate, model, state, step: int, history: History) -> None:
+    """Evaluate the validation function and append its row at ``step`` to the history."""
+    row = {"iteration": step, "time": history.time[-1]}
+    row.update(validate(model, state))
+    history.validation.append(row)
+
+
+def _out_of_time(settings: TrainSettings, history: History, comm, model: nn.Module) -> bool:
+    """Whether the time budget is spent; with ``comm``, on any rank (a rank that stops alone leaves the others
+    waiting in the next all-reduce)."""
+    out = settings.max_time is not None and history.time[-1] >= settings.max_time
+    if comm is not None and settings.max_time is not None:
+        flag = torch.tensor([float(out)], dtype=torch.float64,
+                            device=next(model.parameters()).device)      # NCCL reduces on the GPU
+        out = bool(comm.all_reduce(flag).item() > 0)
+    return out
+
+
+def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
         buffer_blocks: int = 4):
@@ -531,8 +578,8 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         model: the ``SparseGP``; engine/state: an engine and its ``init`` state.
         X [N,D], y [N] (int64): training data on the model's device and dtype; or X a ``stream``
             source with labels already encoded as 0 … C−1 (``stream.LabelEncoded``) and y None:
-            minibatches are streamed (needs ``settings.batch_size``; the engine must not keep
-            per-point state — vi, sep, apep, arpep, rpapep; engines get ``idx=None``).
+            minibatches are streamed (needs ``settings.batch_size`` and a ``streamable`` engine; engines get
+            ``idx=None``).
         settings: ``TrainSettings``.
         generator: the only source of randomness (minibatch order).
         validate: optional ``f(model, state) -> {metric: value}`` run every ``eval_every`` steps.
@@ -544,133 +591,58 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         (state, History).
     """
     _check_checkpoint_path(settings, resume)
-    streaming = y is None
-    if streaming:
-        from .stream import is_source
-        if not is_source(X):
-            raise TypeError(f"fit needs tensors X, y or a stream source with y=None, got {type(X).__name__}")
-        if settings.batch_size is None:
-            raise ValueError("streaming from a source needs minibatches: set batch_size")
-        N = X.n_rows
-    else:
-        N = X.shape[0]
+    N = _n_rows(X, y, settings)
     n_steps = settings.n_steps(N)
     params = engine.trainable(model, state)
-    if settings.optimizer == "adam":
-        # fused: one pass over each parameter per step. torch's CPU default (a loop over parameters, 7
-        # element-wise operators each) and foreach (the same 7 operators over all parameters) took 9.5–11.8 ms
-        # per step on MNIST-shaped parameters (Z [10,200,784]) against 3.0 ms fused; the arithmetic is the same
-        # up to rounding (4.4e-16 apart after 30 steps; benchmarks/adam_step.py, results/adam_step.json)
-        opt = torch.optim.Adam(params, lr=settings.learning_rate, fused=True)
-    elif settings.optimizer == "adaptive":
-        opt = SignAdaptive(params, lr=settings.learning_rate)
-    else:
-        # torch's stopping tolerances are absolute (no step when the directional derivative is above −1e-9
-        # or every gradient entry is below 1e-7), and our loss is per datum (÷ N): on a large N or a flat
-        # objective every step was silently a no-op. The loop decides when to stop; one iteration and 25
-        # evaluations per step bound the work, and a zero gradient still takes no step.
-        opt = torch.optim.LBFGS(params, lr=settings.learning_rate, max_iter=1, max_eval=25, history_size=20,
-                                line_search_fn="strong_wolfe", tolerance_grad=0.0, tolerance_change=0.0)
-    history, start = History(), 0
-    z_scale_at_start = _inducing_step_scale(model, settings.optimizer)
+    opt = _optimizer(settings, params)
+    history, start, resumed = History(), 0, None
+    z_scale = _inducing_step_scale(model, settings.optimizer)   # a resumed fit scales as its first part did
     fingerprint = _fingerprint(model, engine, X, y, settings) if settings.checkpoint_path else None
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
-        ck = load_checkpoint(settings.checkpoint_path)
-        where = f"checkpoint {settings.checkpoint_path}"
-        written_for = ck.get("fingerprint")          # checkpoints written before it existed lack it
-        if not (written_for is None or isinstance(written_for, dict)):
-            raise CheckpointError(f"{where} is damaged (its fingerprint is a {type(written_for).__name__})")
-        if written_for is not None and written_for.get("structure") != fingerprint["structure"]:
-            raise CheckpointError(f"{where} was written for another model "
-                                  f"(kernel, likelihood or method differ): {written_for.get('structure')!r}")
-        if written_for is not None and written_for.get("model", fingerprint["model"]) != fingerprint["model"]:
-            raise CheckpointError(f"{where} was written for another model or engine setting: "
-                                  f"{written_for['model']!r}; this fit: {fingerprint['model']!r}")
-        if written_for is not None and written_for.get("data") != fingerprint["data"]:
-            raise CheckpointError(f"{where} was written for other data "
-                                  f"({written_for.get('data')}; this fit: {fingerprint['data']}); resume on the same "
-                                  "rows in the same order, or start afresh (resume=False)")
-        if written_for is not None and "training" in written_for:
-            changed = {k: v for k, v in written_for["training"].items() if fingerprint["training"].get(k) != v}
-            if changed:
-                raise CheckpointError(
-                    f"{where} was written with " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + "; this fit has "
-                    + ", ".join(f"{k}={fingerprint['training'][k]!r}" for k in changed) + ": a checkpoint continues its "
-                    "own optimiser and learning-rate schedule; resume with the settings it was started with, or "
-                    "start afresh (resume=False)")
-        try:
-            model.load_state_dict(ck["model"])
-            state = _load_state(state, ck["engine"])
-            opt.load_state_dict(ck["optimizer"])
-            generator.set_state(ck["generator"])
-            history = History(**ck["history"])
-            start = int(ck["iteration"])
-        except Exception as exc:        # a damaged or foreign entry: many types (KeyError, TypeError, ...)
-            raise CheckpointError(f"{where} does not match this model or is damaged: "
-                                  f"{type(exc).__name__}: {exc}") from None
-        if start > n_steps:
-            raise CheckpointError(f"{where} is at iteration {start}, beyond this fit's {n_steps} "
-                                  "(max_iter or n_epochs): resuming would return a model trained longer than asked; "
-                                  "raise max_iter, or start afresh (resume=False)")
-        if "z_scale" in ck:              # the inducing step scale of the fit's start (a warm start's model)
-            z_scale_at_start = None if ck["z_scale"] is None else ck["z_scale"].to(model.Z.device, model.Z.dtype)
-    if streaming:
-        batches = _SourceStream(X, settings.batch_size, generator, model.Z, buffer_blocks)
-        if start:
-            if "stream" not in ck:
-                raise CheckpointError(f"checkpoint {settings.checkpoint_path} was not written by a streamed fit")
-            try:
-                batches.batches.load_state_dict(ck["stream"])
-            except ValueError as exc:
-                raise CheckpointError(f"checkpoint {settings.checkpoint_path}: {exc}") from None
-    else:
-        batches = _IndexStream(X, y, settings.batch_size, generator)
-        if start and "batches" in ck:       # checkpoints written before the position was saved lack it
-            try:
-                batches.load_state_dict(ck["batches"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise CheckpointError(f"checkpoint {settings.checkpoint_path} does not match this data: {exc}") from None
+        resumed = _resume(settings.checkpoint_path, model, engine, state, opt, generator, fingerprint, n_steps)
+        state, history, start = resumed.state, resumed.history, resumed.start
+        if "z_scale" in resumed.checkpoint:      # the inducing step scale of the fit's start (a warm start's model)
+            zs = resumed.checkpoint["z_scale"]
+            z_scale = None if zs is None else zs.to(model.Z.device, model.Z.dtype)
+    batches = _batch_source(X, y, settings, generator, model.Z, buffer_blocks, resumed)
     t0 = time.perf_counter() - (history.time[-1] if history.time else 0.0)
-    bar = None
-    if settings.progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=n_steps, initial=start, desc=f"fit {type(engine).__name__}", unit="it",
-                   dynamic_ncols=True, leave=True)
+    bar = _progress_bar(settings, n_steps, start, engine)
 
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
-    last_good, rejected, in_a_row = None, 0, 0
-    z_scale = z_scale_at_start                # from the model as given: a resumed fit scales as the first did
     z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
-    # what a rejected step rolls back: the parameters, and a hybrid model's batch-normalisation statistics,
-    # which move with every forward pass (they went to inf with a diverging step and stayed there)
     extractor = getattr(model, "feature_extractor", None)
-    tracked = params + ([] if extractor is None else list(extractor.buffers()))
-    try:
-        if start and ck.get("last_good") is not None:    # where the uninterrupted fit would roll back to
-            last_good = [t.to(p.device, p.dtype) for t, p in zip(ck["last_good"], tracked, strict=True)]
-            rejected = int(ck["rejected"])
-        if start and "torch_rng" in ck:      # dropout draws from torch's global generator
-            torch.set_rng_state(ck["torch_rng"])
-    except Exception as exc:
-        raise CheckpointError(f"checkpoint {settings.checkpoint_path} is damaged: {type(exc).__name__}: {exc}") from None
+    guard = _Rollback(params, extractor)
+    if resumed is not None and start:
+        try:
+            guard.load_state_dict(resumed.checkpoint)
+            if "torch_rng" in resumed.checkpoint:      # dropout draws from torch's global generator
+                torch.set_rng_state(resumed.checkpoint["torch_rng"])
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint {settings.checkpoint_path} is damaged: "
+                                  f"{type(exc).__name__}: {exc}") from None
     # per-step factor of the learning-rate decay: lr_decay per pass over the data, i.e. per ⌊N/|B|⌋ steps (an
     # epoch drops its incomplete last batch; the factor lr_decay^(|B|/N) fell short of lr_decay per pass
     # whenever |B| does not divide N). The rate lives in the optimiser's state, so a resumed fit continues
     # the schedule (and a rejected step's halving composes with it).
     decay_per_step = settings.lr_decay ** (1.0 / max(1, N // min(settings.batch_size or N, N)))
-    # the shapes of a step never change (an epoch drops its incomplete last batch): the same graphs every step
+    # the shapes of a step never change (an epoch drops its incomplete last batch): the same graphs every step.
+    # A compiled loss forms its own geometry (its graph's inputs stay the data and the state).
     loss_fn = engine.loss if settings.compile is None else _compiled(engine.loss, settings.compile)
+    share_geometry = engine.capabilities.shared_geometry and settings.compile is None
     for step in range(start, n_steps):
         Xb, yb, idx = next(batches)
         try:
-            if comm is None:
-                state = engine.update(model, state, Xb, yb, N, idx)
-                weight = 1.0
-            else:   # this rank's shard of the global minibatch; loss weight |B_r|/|B| (see distributed)
+            weight = 1.0
+            if comm is not None:     # this rank's shard of the global minibatch; loss weight |B_r|/|B| (distributed)
                 Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
-                state = comm.update(engine, model, state, Xb, yb, N, idx)
-            before = [t.detach().clone() for t in tracked]
-            per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor)
+            geometry = engine.geometry(model, Xb) if share_geometry else None
+            if comm is None:
+                state = engine.update(model, state, Xb, yb, N, idx, geometry=geometry)
+            else:
+                state = comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
+            write_constants(model, engine, state)
+            before = guard.snapshot()
+            per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor, geometry)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
                     Z, Z0 = params[z_index], before[z_index]
@@ -680,57 +652,42 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
                 raise _Diverged(f"the objective became {objective} at iteration {step + 1}")
         except (NotPositiveDefiniteError, _Diverged) as exc:
             # The hyper-parameter step before this one went too far (K_uu or q no longer factorises, or the
-            # objective is not finite): go back to the last parameters whose objective was finite, halve the
-            # learning rates and carry on; every rejection is an event in the history.
-            in_a_row += 1
-            if last_good is None or in_a_row > _MAX_REJECTED:
-                raise FloatingPointError(f"{exc}; {in_a_row - 1} step(s) rejected and retried with halved learning "
-                                         "rates; lower learning_rate or use dtype='float64'") from exc
-            _roll_back(opt, tracked, last_good)
-            rejected += 1
-            history.events.append({"iteration": step + 1, **_engine_counters(state), "rejected": rejected,
+            # objective is not finite): back to the last parameters whose objective was finite, learning rates
+            # halved, and on; every rejection is an event in the history.
+            guard.reject(exc, opt)
+            history.events.append({"iteration": step + 1, **engine.counters(state), "rejected": guard.rejected,
                                    "reason": str(exc).split(";")[0][:200]})
             continue
-        last_good, in_a_row = before, 0
+        guard.accept(before)
         if decay_per_step != 1.0:
             for group in opt.param_groups:
                 group["lr"] *= decay_per_step
-        record_engine_events(history, state, step + 1, rejected)
+        record_engine_events(history, engine, state, step + 1, guard.rejected)
         history.iteration.append(step + 1)
         history.objective.append(objective)
         history.time.append(time.perf_counter() - t0)
         if validate is not None and ((step + 1) % settings.eval_every == 0 or step + 1 == n_steps):
             t_eval = time.perf_counter()
-            row = {"iteration": step + 1, "time": history.time[-1]}
-            row.update(validate(model, state))
-            history.validation.append(row)
+            _validation_row(validate, model, state, step + 1, history)
             t0 += time.perf_counter() - t_eval      # training time excludes validation
         if bar is not None:
             bar.update(1)
             bar.set_postfix(objective=f"{objective:.4g}", refresh=False)
         if callback is not None:
             callback(step + 1, objective)
-        out_of_time = settings.max_time is not None and history.time[-1] >= settings.max_time
-        if comm is not None and settings.max_time is not None:
-            # every rank must leave at the same step (a rank that stops alone leaves the others waiting in
-            # the next all-reduce): stop when any rank's clock has run out
-            flag = torch.tensor([float(out_of_time)], dtype=torch.float64,
-                                device=next(model.parameters()).device)      # NCCL reduces on the GPU
-            out_of_time = bool(comm.all_reduce(flag).item() > 0)
+        out_of_time = _out_of_time(settings, history, comm, model)
         if out_of_time and validate is not None and \
                 (not history.validation or history.validation[-1]["iteration"] != step + 1):
-            row = {"iteration": step + 1, "time": history.time[-1]}
-            row.update(validate(model, state))
-            history.validation.append(row)
+            _validation_row(validate, model, state, step + 1, history)
         if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0 \
                 and (comm is None or comm.rank == 0):
             save_checkpoint(settings.checkpoint_path, {
-                "format": "sgpc-checkpoint", "iteration": step + 1, "fingerprint": fingerprint,
-                "model": model.state_dict(), "engine": _state_to_dict(state),
+                "iteration": step + 1, "fingerprint": fingerprint,
+                "model": model.state_dict(), "engine": state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
-                "history": history.as_dict(), "last_good": last_good, "rejected": rejected,
-                "torch_rng": torch.get_rng_state(), "z_scale": z_scale_at_start,
-                **({"stream": batches.batches.state_dict()} if streaming else {"batches": batches.state_dict()}),
+                "history": history.as_dict(), **guard.state_dict(),
+                "torch_rng": torch.get_rng_state(), "z_scale": z_scale,
+                **({"stream": batches.batches.state_dict()} if y is None else {"batches": batches.state_dict()}),
             })
         if out_of_time:
             break
@@ -738,3 +695,24 @@ def fit(model: nn.Module, engine, state, X, y: torch.Tensor | None, settings: Tr
         bar.close()
     model.eval()
     return state, history
+
+
+def _n_rows(X, y, settings: TrainSettings) -> int:
+    """N of in-memory tensors, or of a stream source (y None), checked for what streaming needs."""
+    if y is not None:
+        return X.shape[0]
+    from .stream import is_source
+    if not is_source(X):
+        raise TypeError(f"fit needs tensors X, y or a stream source with y=None, got {type(X).__name__}")
+    if settings.batch_size is None:
+        raise ValueError("streaming from a source needs minibatches: set batch_size")
+    return X.n_rows
+
+
+def _progress_bar(settings: TrainSettings, n_steps: int, start: int, engine: Engine):
+    """A tqdm bar when ``settings.progress``, else None."""
+    if not settings.progress:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=n_steps, initial=start, desc=f"fit {type(engine).__name__}", unit="it",
+                dynamic_ncols=True, leave=True)

@@ -15,12 +15,14 @@ The engine follows the protocol shared by all methods (``train.fit``): ``init``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import math
 
 import torch
 from torch import nn
 
+from .engine import Capabilities, Engine
 from .gaussian import cholesky, kl_standard_normal, solve_lower
 from .sparse import InducingPosterior, SparseGP, whitened_marginals
 
@@ -120,7 +122,7 @@ class VIState:
 
 
 @dataclass(frozen=True)
-class VI:
+class VI(Engine):
     """Settings of the free-Gaussian engine.
 
     Attributes:
@@ -128,6 +130,7 @@ class VI:
         objective: with alpha, "arpep" (alpha eq. 9) or "rpapep" (alpha eq. 10).
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, free_gaussian=True)
     alpha: float | None = None
     objective: str = "arpep"
 
@@ -143,12 +146,12 @@ class VI:
         return VIState(WhitenedGaussian(model.n_latent, model.n_inducing, dtype=Z.dtype, device=Z.device))
 
     def update(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-               idx: torch.Tensor | None = None) -> VIState:
+               idx: torch.Tensor | None = None, *, geometry=None) -> VIState:
         """No closed-form step in VI."""
         return state
 
     def loss(self, model: SparseGP, state: VIState, X: torch.Tensor, y: torch.Tensor, n_total: int,
-             idx: torch.Tensor | None = None) -> torch.Tensor:
+             idx: torch.Tensor | None = None, *, geometry=None) -> torch.Tensor:
         """−ELBO (or −ARPEP objective) estimate: a differentiable scalar."""
         if self.alpha is None:
             return -elbo(model, state.q, X, y, n_total)

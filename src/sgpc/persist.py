@@ -1,0 +1,169 @@
+"""Files: training checkpoints and the model file format, their digests, and atomic writes.
+
+Both kinds of file are plain dictionaries of tensors, numbers and strings written with ``torch.save`` and read
+back with ``torch.load(weights_only=True)``: reading one never executes code from it. Each carries a
+``format`` tag, and a ``checksum`` (``digest`` of everything else), so a truncated, altered or foreign file is
+refused with a message that says which, never unpickled and never half-loaded. Writes go to a temporary file
+that is renamed over the target, so an interrupted write loses nothing.
+
+Engine states (dataclasses of tensors, numbers and modules) become plain dictionaries with ``state_to_dict``
+and go back into a freshly initialised state of the same engine with ``load_state``.
+
+What this module does not do: decide what goes into a model file (``estimator.GPClassifier.save`` builds the
+payload) or when to checkpoint (``train.fit``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pickle
+
+import torch
+from torch import nn
+
+__all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
+           "save_model", "load_model", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "MODEL_VERSION", "CHECKPOINT_FORMAT"]
+
+MODEL_FORMAT = "sgpc-model"
+MODEL_VERSION = 1
+CHECKPOINT_FORMAT = "sgpc-checkpoint"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, foreign or does not match the model."""
+
+
+class ModelFileError(ValueError):
+    """A model file is missing, truncated, corrupt or not an sgpc model."""
+
+
+def digest(payload: dict) -> str:
+    """blake2b of a saved file's content: every tensor (key path, dtype, shape, bytes) and every other value
+    (its repr), in key order — a flipped bit in any weight, site or optimiser moment changes it."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def walk(obj, path: str) -> None:
+        if isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                walk(obj[k], f"{path}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}/{i}")
+        elif isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"{path}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{path}={obj!r}".encode())
+
+    walk(payload, "")
+    return h.hexdigest()
+
+
+def atomic_save(path: str | os.PathLike, payload: dict) -> None:
+    """Write ``payload`` with ``torch.save`` atomically (temporary file + rename), so an interrupted write
+    loses nothing and a failed one leaves no temporary file behind."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory; a file path is needed, e.g. {os.path.join(path, 'model.pt')}")
+    tmp = path + ".tmp"
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def file_error_detail(exc: Exception) -> str:
+    """Why torch could not read a model or checkpoint file, without torch's advice to load it unsafely
+    (``weights_only=False``) when the file holds arbitrary objects."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return ("it holds objects other than tensors and plain values (not written by sgpc, or altered); "
+                "sgpc never unpickles such objects")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _read(path: str | os.PathLike, error: type[ValueError], what: str) -> dict:
+    """``torch.load(weights_only=True)`` of a file, with any failure but a missing file as ``error``."""
+    try:
+        return torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # truncated, corrupt or foreign files raise many different types
+        raise error(f"{path} is not a readable sgpc {what} ({file_error_detail(exc)})") from None
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
+    """Write a checkpoint ``payload`` atomically (``atomic_save``), with its ``digest`` as "checksum"."""
+    atomic_save(path, {"format": CHECKPOINT_FORMAT, **payload, "checksum": digest({"format": CHECKPOINT_FORMAT,
+                                                                                    **payload})})
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by ``save_checkpoint`` without executing code (weights_only)."""
+    d = _read(path, CheckpointError, "checkpoint")
+    if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not an sgpc checkpoint")
+    stored = d.pop("checksum", None)          # checkpoints written before it existed lack it
+    if stored is not None and stored != digest(d):
+        raise CheckpointError(f"{path} is damaged: its content does not match its checksum")
+    return d
+
+
+# -- model files ------------------------------------------------------------------------------------
+def save_model(path: str | os.PathLike, payload: dict) -> None:
+    """Write a model ``payload`` (plain values and tensors) with its format tag, version and checksum."""
+    payload = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **payload}
+    payload["checksum"] = digest(payload)
+    atomic_save(path, payload)
+
+
+def load_model(path: str | os.PathLike) -> dict:
+    """Read a model file written by ``save_model``: a ``ModelFileError`` for anything that is not one, is of
+    another format version, or was altered after it was written."""
+    d = _read(path, ModelFileError, "model file")
+    if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
+        raise ModelFileError(f"{path} is not an sgpc model file")
+    if d.get("version") != MODEL_VERSION:
+        raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {MODEL_VERSION}")
+    stored = d.pop("checksum", None)        # files written before checksums were added have none
+    if stored is not None and stored != digest(d):
+        raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
+                             "its content); refit or restore the file from a copy")
+    return d
+
+
+# -- engine state <-> plain dictionaries ------------------------------------------------------------
+def state_to_dict(state) -> dict:
+    """An engine state as a dictionary of detached tensor copies, module state dicts and plain values."""
+    out = {}
+    for f in dataclasses.fields(state):
+        v = getattr(state, f.name)
+        if isinstance(v, nn.Module):
+            out[f.name] = {k: t.detach().clone() for k, t in v.state_dict().items()}
+        elif isinstance(v, torch.Tensor):
+            out[f.name] = v.detach().clone()
+        else:
+            out[f.name] = v
+    return out
+
+
+def load_state(state, d: dict):
+    """``state`` (a fresh ``init`` of the same engine) with every field replaced by the one in ``d``
+    (tensors moved to the state's device and dtype; modules loaded in place)."""
+    changes = {}
+    for f in dataclasses.fields(state):
+        if f.name not in d:
+            raise CheckpointError(f"checkpoint has no engine field {f.name!r}")
+        v = getattr(state, f.name)
+        if isinstance(v, nn.Module):
+            v.load_state_dict(d[f.name])
+        elif isinstance(v, torch.Tensor):
+            changes[f.name] = d[f.name].to(v.device, v.dtype)
+        else:
+            changes[f.name] = d[f.name]
+    return dataclasses.replace(state, **changes) if changes else state
