@@ -8,7 +8,7 @@ method maximises, summed over the training rows).
     python benchmarks/alpha_fit_trace.py --set satimage --split 4 --fraction 0.05 --alpha 0.001 --methods rpapep arpep
     python benchmarks/alpha_fit_trace.py --set satimage --split 0 --alpha 0.001 --methods pep --init-lengthscale 2
 
-Writes results/<--out>.json: per method the test NLL/error, and the objective every --every steps.
+Writes results/<--out>.jsonl: per method the test NLL/error, and the objective every --every steps.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ for each fit in turn; the default is the library's value.
     python alpha_mnist_small_alpha_probe.py --alphas 0.001 0.5 --lrs 0.01 1e-9 --seeds 0 1 2
     python alpha_mnist_small_alpha_probe.py --alphas 0.001 --lrs 1e-9 --seeds 2 3 4 --pd-margins 0.5 0.1
 
-Writes results/<--out>.json: test error and NLL of every fit, and the kernel variances at the end.
+Writes results/<--out>.jsonl: test error and NLL of every fit, and the kernel variances at the end.
 """
 from __future__ import annotations
 

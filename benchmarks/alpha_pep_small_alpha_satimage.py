@@ -21,7 +21,7 @@ Four parts, each a list of rows in the JSON:
 
     python alpha_pep_small_alpha_satimage.py [--parts held sites at_arpep learned] [--alpha 0.001]
 
-Writes results/<--out>.json.
+Writes results/<--out>.jsonl.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ rows are ordered by their share of the summed gap in −log p(y|x).
 
     python benchmarks/alpha_row_losses.py --set vowel --split 2 --fraction 0.2 --method arpep --alphas 0.001 0.5
 
-Writes results/<out>.json: the three fits (test NLL, error, final objective, kernel length-scales) and the
+Writes results/<out>.jsonl: the three fits (test NLL, error, final objective, kernel length-scales) and the
 rows that make most of the gap.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ def uci_table(name: str) -> str:
     rows = d["runs"]
     cfg = d["config"]
     by = {(r["set"], r["method"]): r for r in rows if r["seed"] == 0}
-    lines = [f"`results/{name}.json` (lr {cfg['lr']}, {cfg['iters']} steps)", "",
+    lines = [f"`results/{name}.jsonl` (lr {cfg['lr']}, {cfg['iters']} steps)", "",
              "| set | N train / test | C | BSVM | one-vs-rest BSVM | SVGP (vi) | time (s) BSVM / OvR / SVGP |",
              "|---|---|---|---|---|---|---|"]
     for s in SETS:
@@ -46,7 +46,7 @@ def al_table(name: str) -> str:
     policies = list(mr)
     q = len(next(iter(mr.values())))
     marks = list(range(0, q, 10)) + ([q - 1] if (q - 1) % 10 else [])
-    lines = [f"`results/{name}.json`", "", "| queries | " + " | ".join(str(k) for k in marks) + " |",
+    lines = [f"`results/{name}.jsonl`", "", "| queries | " + " | ".join(str(k) for k in marks) + " |",
              "|---|" + "---|" * len(marks)]
     for p in policies:
         lines.append(f"| mean rank, {p} | " + " | ".join(f"{mr[p][k]:.2f}" for k in marks) + " |")

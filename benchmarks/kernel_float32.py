@@ -9,7 +9,7 @@ the sgpc of the tree it sits in; for the version before the kernel-distance fix,
 
     git worktree add /tmp/old cbb33f0 && cp benchmarks/kernel_float32.py /tmp/old/benchmarks/
     (cd /tmp/old/benchmarks && python kernel_float32.py --name kernel_float32_before)
-    (cd benchmarks && python kernel_float32.py)
+    (python kernel_float32.py)
 """
 from __future__ import annotations
 

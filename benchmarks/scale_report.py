@@ -1,4 +1,4 @@
-"""Markdown tables of the scale benchmarks' JSON files (results/scale_*.json, results/peers_throughput.json).
+"""Markdown tables of the scale benchmarks' JSON files (results/scale_*.jsonl, results/peers_throughput.jsonl).
 
     python benchmarks/scale_report.py        # prints the tables used in docs/results-scale.md
 """

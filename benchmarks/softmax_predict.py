@@ -9,7 +9,7 @@ Marginals are drawn like those of a fitted model: means N(0, 2²), variances U(0
 
     python benchmarks/softmax_predict.py [--n-points 200] [--classes 3 10 26] [--reference 1000000]
 
-Writes results/softmax_predict.json.
+Writes results/softmax_predict.jsonl.
 """
 from __future__ import annotations
 
