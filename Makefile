@@ -25,7 +25,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/vi_throughput.py
+	$(BIN)/python benchmarks/perf/vi_throughput.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,4 +1,7 @@
-"""Shared plumbing for benchmark scripts: metadata (commit, versions, machine) and JSON output."""
+"""Shared plumbing for benchmark scripts: metadata (commit, versions, machine) and the JSONL results files.
+
+Scripts under benchmarks/paper, benchmarks/perf and benchmarks/device import it after putting benchmarks/ on
+sys.path; every script appends one line per fit to results/<experiment>.jsonl through :func:`write`."""
 from __future__ import annotations
 
 import json
@@ -32,7 +35,7 @@ _START = (*_git_state(), time.strftime("%Y-%m-%d %H:%M:%S"))
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo ("" elsewhere): ``platform.processor()`` is empty on Linux, and
-    two runs on this 2-core machine on different days had different hosts (GEMM at 108 and 43 GFLOP/s)."""
+    the host behind a machine of the same name can change between runs."""
     try:
         with open("/proc/cpuinfo") as fh:
             return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
@@ -57,26 +60,59 @@ def metadata() -> dict:
     }
 
 
-def write(name: str, payload: dict) -> Path:
-    """Write results/<name>.json with the metadata block added; returns the path. ``name`` may hold folders
-    (``alpha_dev_m20/s0_pep_0.5_cpu2``): they are made, so a long run does not fail at its last step."""
-    path = RESULTS / f"{name}.json"
+# the keys under which a script's payload lists its fits; every other key but "config" is a summary derived
+# from those fits (ranks, means, ...) that benchmarks/report.py recomputes, or context merged into "config"
+FIT_LISTS = ("runs", "rows", "fits", "curves")
+DERIVED = ("summary", "ranks", "ranks_by_fraction", "method_ranks", "skipped", "speed_ratio_peer_over_sgpc",
+           "paper", "paper_columns", "not_available", "entropy_minus_random", "mean_rank_per_query")
+_written: dict[Path, int] = {}   # per results file: how many fits of this process's list are already in it
+
+
+def write(experiment: str, payload: dict) -> Path:
+    """Append one JSON line per fit to results/<experiment>.jsonl; returns the path.
+
+    ``payload`` is ``{"config": {...}, "runs": [fit, ...], ...}`` (the list may be named as in FIT_LISTS).
+    Each line is ``{"experiment", "config", **fit, "meta"}``; ``meta`` is :func:`metadata` (commit, versions,
+    machine). Scripts call ``write`` after every fit with the growing list, so a run cut off midway keeps
+    its fits: only the fits of the list this process has not written yet are appended. A payload with no
+    fit list is one line. Summaries (DERIVED) are not written: the report recomputes them from the fits.
+    """
+    path = RESULTS / f"{experiment}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": metadata(), **payload}, indent=2))
+    key = next((k for k in FIT_LISTS if isinstance(payload.get(k), list)), None)
+    config = dict(payload.get("config", {}))
+    context = {k: v for k, v in payload.items() if k not in ("config", key, *DERIVED)}
+    if key is None:
+        fits, done = [context], 0
+        context = {}
+    else:
+        fits, done = payload[key], _written.get(path, 0)
+    config.update(context)
+    meta = metadata()
+    with open(path, "a") as fh:
+        for fit in fits[done:]:
+            fh.write(json.dumps({"experiment": experiment, "config": config, **fit, "meta": meta}) + "\n")
+    if key is not None:
+        _written[path] = len(fits)
     return path
 
 
-def pool_runs(paths, key, keep=None) -> list[dict]:
-    """The "runs" of several result files, each tagged with its file ("source") and that file's commit
-    ("source_commit"); a later file's run replaces an earlier one with the same ``key(run)``; ``keep(run)``
-    drops the runs it is false for. In the order first seen."""
+def read(experiment: str) -> list[dict]:
+    """The lines of results/<experiment>.jsonl (``experiment`` may also be a path to a .jsonl file), in order."""
+    path = Path(experiment) if str(experiment).endswith(".jsonl") else RESULTS / f"{experiment}.jsonl"
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def pool_runs(experiments, key, keep=None) -> list[dict]:
+    """The fits of several experiments' JSONL files, pooled: a later line replaces an earlier one with the same
+    ``key(fit)`` (a re-run of a cell replaces it); ``keep(fit)`` drops the fits it is false for. Each fit is
+    tagged with its file ("source"). In the order first seen."""
     cells = {}
-    for p in paths:
-        with open(p) as fh:
-            d = json.load(fh)
-        for r in d["runs"]:
+    for e in experiments:
+        for r in read(e):
             if keep is None or keep(r):
-                cells[key(r)] = {**r, "source": os.path.basename(p), "source_commit": d.get("meta", {}).get("commit")}
+                cells[key(r)] = {**r, "source": Path(str(e)).stem}
     return list(cells.values())
 
 

@@ -1,32 +1,66 @@
-"""The benchmark scripts' shared helpers (benchmarks/_common.py): pooling result files, and the commit a result
-records. These decide which runs a merged figure ranks and which code a number is attributed to."""
+"""The benchmark scripts' shared writer and reader (benchmarks/_common.py): one JSON line per fit in
+results/<experiment>.jsonl, with the config and the run's metadata, and the pooling of re-run cells. These decide
+which fits the results pages count and which code a number is attributed to."""
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _common  # noqa: E402
 
 
-def _result(path, commit, runs):
-    path.write_text(json.dumps({"meta": {"commit": commit}, "runs": runs}))
-    return str(path)
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(_common, "_written", {})
+    return tmp_path / "results"
 
 
-def test_pool_runs_later_file_replaces_the_same_cell_and_tags_its_source(tmp_path):
-    a = _result(tmp_path / "a.json", "aaa", [{"m": "pep", "alpha": 0.5, "nll": 1.0}, {"m": "pep", "alpha": 1.0, "nll": 2.0}])
-    b = _result(tmp_path / "b.json", "bbb", [{"m": "pep", "alpha": 0.5, "nll": 3.0}, {"m": "apep", "alpha": 0.5, "nll": 4.0}])
-    rows = _common.pool_runs([a, b], key=lambda r: (r["m"], r["alpha"]))
-    got = {(r["m"], r["alpha"]): (r["nll"], r["source"], r["source_commit"]) for r in rows}
-    assert got == {("pep", 0.5): (3.0, "b.json", "bbb"), ("pep", 1.0): (2.0, "a.json", "aaa"),
-                   ("apep", 0.5): (4.0, "b.json", "bbb")}
-    assert [(r["m"], r["alpha"]) for r in rows] == [("pep", 0.5), ("pep", 1.0), ("apep", 0.5)]   # order first seen
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_pool_runs_keep_drops_runs(tmp_path):
-    a = _result(tmp_path / "a.json", "aaa", [{"alpha": 0.5}, {"alpha": 0.7}])
-    rows = _common.pool_runs([a], key=lambda r: r["alpha"], keep=lambda r: r["alpha"] < 0.6)
-    assert [r["alpha"] for r in rows] == [0.5]
+def test_write_appends_one_line_per_fit_with_config_and_metadata(results):
+    path = _common.write("exp", {"config": {"iters": 5}, "runs": [{"alpha": 0.5, "nll": 1.0}, {"alpha": 1.0, "nll": 2.0}],
+                                 "summary": {"mean": 1.5}})
+    assert path == results / "exp.jsonl"
+    lines = _lines(path)
+    assert [(r["alpha"], r["nll"]) for r in lines] == [(0.5, 1.0), (1.0, 2.0)]
+    for r in lines:
+        assert r["experiment"] == "exp" and r["config"] == {"iters": 5}
+        assert {"commit", "torch", "numpy", "python", "machine", "cpu_count", "date"} <= set(r["meta"])
+        assert "summary" not in r                      # derived; the report recomputes it
+
+
+def test_write_called_after_every_fit_appends_each_fit_once(results):
+    runs = []
+    for nll in (1.0, 2.0, 3.0):
+        runs.append({"nll": nll})
+        _common.write("exp", {"config": {}, "runs": runs})
+    assert [r["nll"] for r in _lines(results / "exp.jsonl")] == [1.0, 2.0, 3.0]
+
+
+def test_write_appends_to_an_earlier_run_and_a_payload_without_fits_is_one_line(results):
+    _common.write("exp", {"config": {"a": 1}, "rows": [{"nll": 1.0}]})
+    _common._written.clear()                           # a second process
+    _common.write("exp", {"config": {"a": 2}, "rows": [{"nll": 2.0}]})
+    _common.write("probe", {"config": {"a": 3}, "ms_per_step": 4.5})
+    assert [(r["config"]["a"], r["nll"]) for r in _lines(results / "exp.jsonl")] == [(1, 1.0), (2, 2.0)]
+    (single,) = _lines(results / "probe.jsonl")
+    assert single["ms_per_step"] == 4.5 and single["config"] == {"a": 3}
+
+
+def test_read_and_pool_runs_later_line_replaces_the_same_cell(results):
+    _common.write("a", {"config": {}, "runs": [{"m": "pep", "alpha": 0.5, "nll": 1.0}, {"m": "pep", "alpha": 1.0, "nll": 2.0}]})
+    _common.write("b", {"config": {}, "runs": [{"m": "pep", "alpha": 0.5, "nll": 3.0}, {"m": "apep", "alpha": 0.5, "nll": 4.0}]})
+    assert [r["nll"] for r in _common.read("a")] == [1.0, 2.0]
+    rows = _common.pool_runs(["a", "b"], key=lambda r: (r["m"], r["alpha"]))
+    assert [(r["m"], r["alpha"], r["nll"], r["source"]) for r in rows] == [
+        ("pep", 0.5, 3.0, "b"), ("pep", 1.0, 2.0, "a"), ("apep", 0.5, 4.0, "b")]   # order first seen
+    kept = _common.pool_runs(["a"], key=lambda r: r["alpha"], keep=lambda r: r["alpha"] < 0.6)
+    assert [r["alpha"] for r in kept] == [0.5]
 
 
 def test_sgpc_commit_names_the_commit(monkeypatch):
@@ -35,10 +69,3 @@ def test_sgpc_commit_names_the_commit(monkeypatch):
     monkeypatch.delenv("SGPC_COMMIT")
     commit, _ = _common._git_state()
     assert commit != "0123abc"
-
-
-def test_write_makes_the_folders_a_name_holds(tmp_path, monkeypatch):
-    monkeypatch.setattr(_common, "RESULTS", tmp_path / "results")
-    path = _common.write("new_dir/deeper/cell", {"runs": [{"alpha": 0.5}]})
-    assert path == tmp_path / "results" / "new_dir" / "deeper" / "cell.json"
-    assert json.loads(path.read_text())["runs"] == [{"alpha": 0.5}]
