@@ -294,12 +294,15 @@ class GPflowSVGP:
         per_epoch = math.ceil(len(X) / B)
         steps = max(self.epochs * per_epoch, self.min_steps)
         data = tf.data.Dataset.from_tensor_slices((X, Y)).repeat().shuffle(len(X), seed=self.seed).batch(B)
-        loss = self.model_.training_loss_closure(iter(data), compile=True)
+        loss = self.model_.training_loss_closure(iter(data), compile=False)
         opt = tf.optimizers.Adam(self.learning_rate)
+        variables = self.model_.trainable_variables
 
         @tf.function
-        def step():
-            opt.minimize(loss, self.model_.trainable_variables)
+        def step():   # tape + apply_gradients: works with Keras 2 and 3 optimizers alike
+            with tf.GradientTape() as tape:
+                value = loss()
+            opt.apply_gradients(zip(tape.gradient(value, variables), variables))
 
         for _ in range(steps):
             step()
