@@ -3,6 +3,7 @@ one tiny end-to-end run on scikit-learn's iris. Speed is not asserted (DESIGN §
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,42 @@ def test_parse_sgpc_spec():
         suite.parse_sgpc_spec("bad=method")
     with pytest.raises(ValueError):
         suite.select_columns("all", ["logreg=max_iter=3"])   # a built-in name
+
+
+def test_unknown_set_names_fail_before_running():
+    with pytest.raises(ValueError, match="no-such-set"):
+        suite.set_names("iris,no-such-set")
+    assert "wine-sklearn" not in suite.set_names("all") and "wine" in suite.set_names("all")
+
+
+class _Slow:
+    def fit(self, X, y):
+        time.sleep(5)
+
+
+class _Fails:
+    def fit(self, X, y):
+        raise RuntimeError("boom")
+
+
+def _tiny_set():
+    rng = np.random.default_rng(0)
+    return suite.SuiteSet("toy", rng.normal(size=(40, 2)), np.repeat([0, 1], 20), ("a", "b"), 40, (), "onehot")
+
+
+def test_run_fit_records_timeouts_errors_and_skips():
+    data = _tiny_set()
+    slow = suite.Column("baseline", lambda kw, seed: _Slow())
+    t0 = time.perf_counter()
+    rec = suite.run_fit(data, 0, "slow", slow, threads=1, timeout=0.2)
+    assert rec["status"] == "timeout" and time.perf_counter() - t0 < 4
+    rec = suite.run_fit(data, 0, "fails", suite.Column("baseline", lambda kw, seed: _Fails()), 1, None)
+    assert rec["status"] == "error" and "boom" in rec["reason"]
+    rec = suite.run_fit(data, 0, "small-only", suite.Column("baseline", lambda kw, seed: _Fails(), max_train=10), 1, None)
+    assert rec["status"] == "skipped" and rec["reason"] == "32 training rows > 10"
+    rec = suite.run_fit(data, 0, "peer", suite.Column("peer", lambda kw, seed: _Fails(), requires="no_such_module_x"),
+                        1, None)
+    assert (rec["status"], rec["reason"]) == ("unavailable", "no_such_module_x not installed")
 
 
 # -- resume ------------------------------------------------------------------------------------------

@@ -343,7 +343,11 @@ def set_names(spec: str) -> list[str]:
     from sgpc import datasets
     if spec.strip() == "all":
         return [n for n in datasets.available() if n not in SKIPPED_SETS]
-    return [s.strip() for s in spec.split(",") if s.strip()]
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in datasets.available()]
+    if unknown:
+        raise ValueError(f"unknown data sets {unknown}; available: {', '.join(datasets.available())}")
+    return names
 
 
 def load_set(name: str, max_rows: int | None) -> SuiteSet:
@@ -794,7 +798,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sets", default="all", help='comma list of data set names, or "all" (default)')
     p.add_argument("--max-rows", type=int, default=MAX_ROWS,
-                   help=f"stratified subsample of larger sets to this many rows (default {MAX_ROWS})")
+                   help=f"stratified subsample of larger sets to this many rows (default {MAX_ROWS}; 0 = no cap)")
     p.add_argument("--splits", type=int, default=5, help="stratified 80/20 splits, seeds 0..splits-1 (default 5)")
     p.add_argument("--columns", default="all",
                    help=f'comma list of columns (default "all": {", ".join(COLUMNS)} and every --sgpc)')
@@ -836,7 +840,7 @@ def main(argv=None) -> int:
             print(f"wrote {args.report}")
         return 0
     columns = select_columns(args.columns, args.sgpc)
-    n = run_suite(set_names(args.sets), columns, args.splits, args.max_rows, args.out, args.threads,
+    n = run_suite(set_names(args.sets), columns, args.splits, args.max_rows or None, args.out, args.threads,
                   args.timeout_per_fit)
     print(f"{n} records appended to {args.out}")
     return 0
