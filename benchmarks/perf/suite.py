@@ -495,7 +495,7 @@ def check_configs(records: list[dict], columns: dict[str, Column]) -> None:
     """ValueError when a column name already in the file was recorded with another configuration."""
     for r in records:
         col = columns.get(r["column"])
-        if col is not None and r.get("config") != _config(col):
+        if col is not None and r.get("config") != json.loads(json.dumps(_config(col))):   # as stored: tuples are lists
             raise ValueError(f"column {r['column']!r} is in the results file with config {r.get('config')}, "
                              f"now {_config(col)}: use another name or another --out")
 
