@@ -4,8 +4,8 @@ The whitened q(v) = Π_l N(v_l | m_l, S_l), S_l = L̃_l L̃_lᵀ (``vi.WhitenedG
 Cholesky factor [L,M,M]) is moved by a natural-gradient step in its natural parameters, from the ordinary
 gradients of the objective w.r.t. (m, S) that the fit loop's one backward pass already produces — the pass
 that also gives the hyper-parameters their gradients. Every objective over a free Gaussian q works
-unchanged: ``vi.elbo``, ``vi.alpha_objective``, ``vi.rpapep_objective``, the additive-noise and hinge
-(BSVM) bounds (they read only ``q.mean`` and ``q.chol``).
+unchanged — ``vi.elbo`` (with any likelihood: robust-max, the additive-noise and hinge/BSVM bounds),
+``vi.alpha_objective``, ``vi.rpapep_objective`` — since they read q only through ``q.mean`` and ``q.chol``.
 
 * ``moment_grads``: (∂F/∂m, ∂F/∂S) from the ``.grad`` of a ``WhitenedGaussian`` after ``backward``.
 * ``grad_cov_from_grad_chol``: ∂F/∂S from ∂F/∂L̃ (the Cholesky factor's backward rule).
@@ -34,7 +34,7 @@ __all__ = ["NatGradInfo", "grad_cov_from_grad_chol", "moment_grads", "expectatio
 #     natural      θ₁ = S⁻¹m,   θ₂ = −½S⁻¹          (precision form of gaussian.py: h = θ₁, Λ = −2θ₂)
 #     expectation  η₁ = E[v] = m,   η₂ = E[vvᵀ] = S + mmᵀ,
 #     log-partition A(θ) = −¼ θ₁ᵀθ₂⁻¹θ₁ − ½ log|−2θ₂| (+ const),  ∇_θ A = η,  ∇²_θ A = F(θ) (the Fisher).
-# Natural gradient in θ (Salimbeni et al. 2018 §2–3; Hensman et al. 2013 §3): by the chain rule
+# Natural gradient in θ (Salimbeni, Eleftheriadis & Hensman 2018, "Natural gradients in practice"): by the chain rule
 # ∂F/∂θ = (∂η/∂θ)ᵀ ∂F/∂η = F(θ) ∂F/∂η, so
 #     F(θ)⁻¹ ∂F/∂θ = ∂F/∂η                                                                       (1)
 # — no Fisher is formed or inverted. (tests/test_natgrad.py checks (1) against the brute-force Fisher.)
@@ -53,7 +53,8 @@ __all__ = ["NatGradInfo", "grad_cov_from_grad_chol", "moment_grads", "expectatio
 # q module and the loss untouched; the two give the same G_S (tested against torch's Cholesky backward).
 #
 # The step (θ ← θ + γ ∂F/∂η; γ = 1 in a conjugate model is one exact step to the optimum, since the
-# expected log-likelihood is linear in η and ∂KL/∂η = θ − θ_prior: Hensman et al. 2013 §3):
+# expected log-likelihood is linear in η and ∂KL/∂η = θ − θ_prior; Hensman, Fusi & Lawrence 2013, "Gaussian
+# processes for big data", whose SVI step this is):
 #     Λ' = Λ − 2γ G_S,     h' = h + γ (G_m − 2 G_S m),      Λ = S⁻¹ = L̃⁻ᵀL̃⁻¹,  h = S⁻¹m.           (4)
 # Back to moments without inverting Λ' and refactorising: with P the order-reversing permutation and
 # PΛ'P = RRᵀ (lower R), Λ' = (PRP)(PRP)ᵀ with PRP upper triangular, so
@@ -169,8 +170,8 @@ def natural_gradient_step(mean: torch.Tensor, chol: torch.Tensor, grad_mean: tor
         grad_mean [L,M], grad_cov [L,M,M]: ∂F/∂m and ∂F/∂S of the objective F to *maximise*
             (``moment_grads``), at the full objective's scale (γ = 1 is the conjugate-case optimum only
             when F is the whole objective, e.g. (N/|B|)·Σ_B E[log p] − KL, not F/N).
-        lr: γ > 0 (Salimbeni et al. 2018 use γ ≤ 1, often ramped up from ~1e-4 with non-conjugate
-            likelihoods and minibatches).
+        lr: γ > 0; 1 for a conjugate model, well below 1 for non-conjugate likelihoods and minibatches
+            (Salimbeni et al. 2018 increase it gradually from a small value).
     Returns:
         (mean [L,M], chol [L,M,M], info).
     """
