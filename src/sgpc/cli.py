@@ -44,6 +44,7 @@ import torch
 
 from . import __version__, datasets, metrics
 from .estimator import GPClassifier
+from .registry import METHODS
 
 __all__ = ["main", "build_parser", "SIDECAR_SUFFIX"]
 
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", metavar="DATA", help="data-set name or file path")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.pt",
                    help="model file to write (the sidecar goes to MODEL.pt.json)")
-    p.add_argument("--method", default=_DEFAULTS["method"], help="inference method (default: %(default)s)")
+    p.add_argument("--method", default=_DEFAULTS["method"], choices=tuple(METHODS),
+                   help="inference method (default: %(default)s)")
     p.add_argument("--n-inducing", type=int, default=_DEFAULTS["n_inducing"], metavar="M",
                    help="inducing points per latent function (default: %(default)s)")
     p.add_argument("--max-iter", type=int, default=_DEFAULTS["max_iter"], metavar="N",

@@ -130,6 +130,16 @@ class Engine:
         """The step from a (summed) ``increment`` (``capabilities.increment``)."""
         raise NotImplementedError(f"{type(self).__name__} has no additive update (capabilities.increment)")
 
+    def natural_parameters(self, model: nn.Module, state) -> list:
+        """Parameters of q(u) that ``natural_step`` moves by natural gradient instead of the optimiser (the
+        fit loop keeps them out of it); none by default."""
+        return []
+
+    def natural_step(self, model: nn.Module, state, n_total: int):
+        """A natural-gradient step of q(u) from the gradients that the step's one backward pass left on
+        ``natural_parameters`` (of the per-datum loss ℓ = −F/N); by default nothing to do."""
+        return state
+
     def model_constants(self, state) -> dict[str, float]:
         """Constants of the model that the state determines, by buffer name (RMGPC: the robust-max ε = E[ρ]);
         the fit loop writes them into the model after each update. None by default."""

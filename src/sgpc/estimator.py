@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
@@ -108,12 +109,22 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (default Beta(1, 9): prior mean 0.1).
         sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
             recomputed from the SEP cavity; default) or "tied" (the paper's wording; biased, ``sgpc.sep``).
+        tol, n_iter_no_change: the fit stops once its objective per datum (or, with early_stopping, the
+            held-out log-likelihood per row) has not improved on its best by more than tol for n_iter_no_change
+            consecutive checks — every step of a full-batch fit, every pass over the data with minibatches —
+            and an inner EP run (gfitc, rmgpc) converged; max_iter / n_epochs are then a ceiling, and reaching
+            it first gives a ``ConvergenceWarning``. tol=None runs to the ceiling. ``converged_`` says which.
+        natgrad_lr: None (default): the free Gaussian q(u) of vi/arpep/rpapep/bsvm is optimised with the
+            hyper-parameters; γ > 0: q(u) takes natural-gradient steps of size γ (Salimbeni et al. 2018) from the
+            same backward pass, and the optimiser moves the hyper-parameters only.
+        early_stopping, validation_fraction: hold out a stratified validation_fraction of the rows and stop on
+            their log-likelihood instead of the training objective (in-memory fits).
         compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch method
             that streams ("default" or "reduce-overhead", CUDA graphs): meant for ``device="cuda"``, where a step
             is bound by kernel launches; the first step compiles.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
-    posterior_ (InducingPosterior), history_ (dict), n_iter_, warm_started_; for "rmgpc"/"smgpc" also
+    posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, warm_started_; for "rmgpc"/"smgpc" also
     outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
     """
 
@@ -129,7 +140,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  warm_start: bool = False, outlier_prior_a: float = 1.0, outlier_prior_b: float = 9.0,
                  noise_variance: float | None = None, delta: float = 1e-3, learn_delta: bool = True,
                  n_samples_predict: int = 1024, softmax_predict: str = "qmc", init_lengthscale: float | None = None,
-                 init_variance: float = 1.0, sep_log_z: str = "local", compile: str | None = None):
+                 init_variance: float = 1.0, sep_log_z: str = "local", compile: str | None = None,
+                 tol: float | None = 1e-4, n_iter_no_change: int = 10, early_stopping: bool = False,
+                 validation_fraction: float = 0.1, natgrad_lr: float | None = None):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
@@ -169,6 +182,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.init_variance = init_variance
         self.sep_log_z = sep_log_z
         self.compile = compile
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.natgrad_lr = natgrad_lr
 
     # -- parameters -> objects -----------------------------------------------------------------------
     @property
@@ -208,6 +226,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         check_real("epsilon", self.epsilon, low=0.0, high=1.0, high_closed=False)
         check_real("learning_rate", self.learning_rate, low=0.0)
         check_real("lr_decay", self.lr_decay, low=0.0, high=1.0)
+        check_real("tol", self.tol, low=0.0, low_closed=True, none="run to max_iter")
+        if isinstance(self.n_iter_no_change, (bool, np.bool_)) or not isinstance(self.n_iter_no_change,
+                                                                                (int, np.integer)) \
+                or self.n_iter_no_change < 1:
+            raise ValueError(f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}")
+        check_flag("early_stopping", self.early_stopping)
+        check_real("validation_fraction", self.validation_fraction, low=0.0, high=1.0, high_closed=False)
+        check_real("natgrad_lr", self.natgrad_lr, low=0.0, none="q(u) on the optimiser")
+        if self.natgrad_lr is not None and not (caps.free_gaussian and self.optimizer != "lbfgs"):
+            raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
+                             f"({', '.join(map(repr, _capable('free_gaussian')))}) with optimizer='adam' or "
+                             f"'adaptive'; got method={self.method!r}, optimizer={self.optimizer!r}")
         if not (isinstance(self.n_inducing, (int, np.integer)) and not isinstance(self.n_inducing, (bool, np.bool_))
                 and self.n_inducing >= 1):
             raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
@@ -250,7 +280,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              n_epochs=self.n_epochs, batch_size=self.batch_size,
                              checkpoint_path=self.checkpoint_path, checkpoint_every=self.checkpoint_every,
                              eval_every=self.eval_every, progress=bool(self.verbose),
-                             model_structure=repr(self._structure(with_device=False)), compile=self.compile)
+                             model_structure=repr(self._structure(with_device=False)), compile=self.compile,
+                             tol=self.tol, n_iter_no_change=self.n_iter_no_change)
 
     def _validator(self, engine, X_val, y_val):
         """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
@@ -417,11 +448,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"method={self.method!r} with likelihood={self.likelihood!r} is the binary model (one "
                              f"latent function, probit sites); y has {len(self.classes_)} classes: use "
                              "likelihood='robustmax' for more than 2")
-        N, D = X.shape
-        M = self._inducing_count(N, stacklevel=2)
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2 ** 31 - 1))
         generator = torch.Generator().manual_seed(seed)
+        monitor = None
+        if self.early_stopping:
+            X, y_enc, monitor = self._held_out(X, y_enc, int(rng.randint(0, 2 ** 31 - 1)))
+        N, D = X.shape
+        M = self._inducing_count(N, stacklevel=2)
         engine = self._make_engine()
         Xt, yt = self._tensor(X), torch.as_tensor(y_enc, dtype=torch.long, device=self.device)
         full_gp = self._method.full_gp_at_n and M == N   # FITC with Z = X fixed is the full GP
@@ -452,7 +486,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                   f"({self.model_.n_latent} latent functions"
                   f"{'; binary form' if self.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, Xt, yt, settings, generator=generator,
-                                        validate=validate, resume=resume, comm=comm)
+                                        validate=validate, resume=resume, comm=comm,
+                                        monitor=None if monitor is None else monitor(engine))
         # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
         self.state_ = refresh(self.model_, engine, self.state_, Xt, yt, comm=comm)
         record_engine_events(history, engine, self.state_, len(history.iteration), reason="final refresh", final=True)
@@ -461,8 +496,29 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             self._row_keys_ = keys
         return self
 
+    def _held_out(self, X: np.ndarray, y_enc: np.ndarray, seed: int):
+        """``early_stopping``: the training rows, their labels, and a factory of the stopping rule's monitor
+        (−NLL of a stratified ``validation_fraction`` of the rows, held out from training)."""
+        from sklearn.model_selection import train_test_split
+        try:
+            X_fit, X_out, y_fit, y_out = train_test_split(X, y_enc, test_size=self.validation_fraction,
+                                                          stratify=y_enc, random_state=seed)
+        except ValueError as exc:
+            raise ValueError(f"early_stopping holds out validation_fraction={self.validation_fraction!r} of the "
+                             f"{len(y_enc)} rows, stratified by class: {exc}; use more rows, a larger "
+                             "validation_fraction, or early_stopping=False") from None
+        Xo, yo = self._tensor(X_out), torch.as_tensor(y_out, dtype=torch.long, device=self.device)
+
+        def monitor(engine):
+            def held_out_log_likelihood(model, state) -> float:
+                lp, _ = predict_outputs(model, engine.posterior(model, state), Xo)
+                return float(lp.gather(1, yo[:, None]).mean())
+            return held_out_log_likelihood
+        return X_fit, y_fit, monitor
+
     def _finish(self, engine, history, warm: bool, full_gp: bool) -> None:
-        """The fitted attributes that every fit sets from its engine state and history."""
+        """The fitted attributes that every fit sets from its engine state and history, and the warning of a
+        fit that stopped at its ceiling before the stopping rule was met."""
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.__dict__.pop("outlier_proba_", None)          # an earlier rmgpc fit's, of other rows
         if self._method.outlier_model:
@@ -472,6 +528,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._fitted_as_ = self._structure()     # what a warm start may continue
         self._full_gp_ = full_gp
         self.warm_started_ = bool(warm)
+        self.converged_ = bool(history.converged)
+        if self.tol is not None and not self.converged_:
+            what = "held-out log-likelihood" if self.early_stopping else "objective"
+            warnings.warn(f"{self.method} stopped after {self.n_iter_} iterations (max_iter / n_epochs) before it "
+                          f"converged: its {what} still improved by more than tol={self.tol:g} within the last "
+                          f"{self.n_iter_no_change} checks; raise max_iter (or n_epochs) or learning_rate, or set tol",
+                          ConvergenceWarning, stacklevel=4)
 
     @staticmethod
     def _as_source(X, y=None, *, labelled: bool = True):
@@ -513,6 +576,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                              f"{', '.join(map(repr, _capable('streamable')))}")
         if self.batch_size is None:
             raise ValueError("streaming from a file or source needs minibatches: set batch_size")
+        if self.early_stopping:
+            raise ValueError("early_stopping holds out rows of in-memory data; a streamed fit stops on its training "
+                             "objective (tol, n_iter_no_change): set early_stopping=False")
         if getattr(self, "feature_extractor", None) is not None:
             raise ValueError("streaming does not support a feature_extractor; fit it on arrays")
         rng = check_random_state(self.random_state)

@@ -158,6 +158,8 @@ def load_state(state, d: dict):
     changes = {}
     for f in dataclasses.fields(state):
         if f.name not in d:
+            if f.default is not dataclasses.MISSING:      # a counter added since the file was written
+                continue
             raise CheckpointError(f"checkpoint has no engine field {f.name!r}")
         v = getattr(state, f.name)
         if isinstance(v, nn.Module):

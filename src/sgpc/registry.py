@@ -77,7 +77,7 @@ class Method:
 _VI_LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 
 METHODS: dict[str, Method] = {
-    "vi": Method(VI, lambda p: {}, _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
+    "vi": Method(VI, lambda p: {"natgrad_lr": p["natgrad_lr"]}, _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
                  "free Gaussian q(u), ELBO; any likelihood"),
     "ep": Method(EP, lambda p: {"damping": p["damping"], "factor": _site_factor(p)}, ("robustmax",),
                  "scalable-ep §2.2–2.3, App. B–G",
@@ -94,11 +94,11 @@ METHODS: dict[str, Method] = {
                   binary_likelihoods=_EP_BINARY),
     "apep": Method(APEP, lambda p: {"alpha": p["alpha"]}, ("robustmax",), "alpha-divergence GPC §3.2",
                    "tied factor optimised by gradient of the Power-EP energy (eq. 8)"),
-    "arpep": Method(VI, lambda p: {"alpha": p["alpha"]}, ("robustmax",), "alpha-divergence GPC §3.3, eq. 9",
+    "arpep": Method(VI, lambda p: {"alpha": p["alpha"], "natgrad_lr": p["natgrad_lr"]}, ("robustmax",), "alpha-divergence GPC §3.3, eq. 9",
                     "free Gaussian q, (1/α) Σ log E[p^α] − KL"),
-    "rpapep": Method(VI, lambda p: {"alpha": p["alpha"], "objective": "rpapep"}, ("robustmax",),
+    "rpapep": Method(VI, lambda p: {"alpha": p["alpha"], "objective": "rpapep", "natgrad_lr": p["natgrad_lr"]}, ("robustmax",),
                      "alpha-divergence GPC §3.4, eq. 10", "free Gaussian q, the prior as one more factor"),
-    "bsvm": Method(VI, lambda p: {}, ("robustmax",), "multi-class Bayesian SVM §3",
+    "bsvm": Method(VI, lambda p: {"natgrad_lr": p["natgrad_lr"]}, ("robustmax",), "multi-class Bayesian SVM §3",
                    "Crammer–Singer hinge pseudo-likelihood, ELBO eq. 12, inducing inputs shared by all classes",
                    own_likelihood="hinge", shared_inducing=True, caps=Capabilities(free_gaussian=True)),
     "rmgpc": Method(RMGPC, lambda p: {"damping": p["damping"], "outliers": True, "prior_a": float(p["outlier_prior_a"]),
@@ -194,3 +194,4 @@ def method_table() -> str:
         rows.append(f"| `{name}` | {m.paper} | {m.summary} | {yes[c.streamable]} | {yes[c.per_row_state]} | "
                     f"{yes[c.free_gaussian]} |")
     return "\n".join(rows)
+

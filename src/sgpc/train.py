@@ -42,7 +42,7 @@ from .engine import Engine, write_constants
 from .gaussian import NotPositiveDefiniteError
 from .persist import CheckpointError, load_checkpoint, load_state, save_checkpoint, state_to_dict
 
-__all__ = ["TrainSettings", "History", "SignAdaptive", "fit", "refresh", "record_engine_events"]
+__all__ = ["TrainSettings", "History", "Convergence", "SignAdaptive", "fit", "refresh", "record_engine_events"]
 
 OPTIMIZERS = ("adam", "lbfgs", "adaptive")
 COMPILE_MODES = (None, "default", "reduce-overhead")
@@ -101,6 +101,12 @@ class TrainSettings:
         model_structure: what the caller's settings make of the model beyond its modules (the estimator's
             method, likelihood and its constants, priors, ...): a checkpoint resumes only a fit with the
             same one.
+        tol, n_iter_no_change: stop when the monitored value (the objective per datum, or the caller's
+            ``monitor``) has not improved on its best by more than ``tol`` for ``n_iter_no_change`` consecutive
+            checks — every step of a full-batch fit, every pass over the data of a minibatch fit (whose
+            per-step objective is noisy: the pass's mean is checked) — and the engine's inner EP run, if it has
+            one, converged (``Engine.converged``). ``max_iter``/``n_epochs`` are then a ceiling. tol None: run
+            to the ceiling (``History.converged`` still says whether the rule was met at the end).
         compile: None (eager, the default) or a ``torch.compile`` mode for the engine's loss: "default"
             (fused kernels) or "reduce-overhead" (also replays CUDA graphs), for minibatch steps on a GPU,
             where a step is bound by kernel launches (measured gains per method: docs/). The first step
@@ -120,6 +126,8 @@ class TrainSettings:
     lr_decay: float = 1.0
     model_structure: str = ""
     compile: str | None = None
+    tol: float | None = None
+    n_iter_no_change: int = 10
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -152,6 +160,12 @@ class TrainSettings:
         if self.compile is not None and self.optimizer == "lbfgs":
             raise ValueError("compile needs optimizer='adam' or 'adaptive' (L-BFGS re-evaluates the loss in its line "
                              "search, where a compiled step saves nothing)")
+        if self.tol is not None and not (isinstance(self.tol, (int, float)) and math.isfinite(self.tol)
+                                         and self.tol >= 0):
+            raise ValueError(f"tol must be a finite number >= 0 or None (run to max_iter), got {self.tol!r}")
+        if isinstance(self.n_iter_no_change, bool) or not isinstance(self.n_iter_no_change, (int, np.integer)) \
+                or self.n_iter_no_change < 1:
+            raise ValueError(f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.lr_decay != 1.0 and self.optimizer != "adam":
@@ -176,6 +190,8 @@ class History:
     time: list = field(default_factory=list)
     validation: list = field(default_factory=list)   # dicts: {"iteration", "time", metric: value, ...}
     events: list = field(default_factory=list)       # dicts: engine reports (skipped site updates, jitter, ...)
+    converged: bool = False                          # the stopping rule was met (``TrainSettings.tol``)
+    monitored: list = field(default_factory=list)    # dicts: {"iteration", "value"} at each convergence check
 
     def as_dict(self) -> dict:
         """A JSON-serialisable copy."""
@@ -310,7 +326,7 @@ _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each
 
 
 def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None,
-          geometry=None) -> torch.Tensor:
+          geometry=None, natural=()) -> torch.Tensor:
     """One optimiser step on the minibatch; returns the per-datum loss (before the step). ``loss_fn``: the
     engine's ``loss`` or its compiled form.
 
@@ -319,7 +335,8 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
     starts from the statistics and the random state the step began with, so that the line search sees one
     objective and a step moves the statistics once, as a step of the other optimisers does. ``geometry``:
     what the step's update shared with its loss (``Engine.geometry``), used by the first evaluation only (a
-    line search's later ones are at other parameters)."""
+    line search's later ones are at other parameters). ``natural``: parameters outside the optimiser whose
+    gradients the same backward pass fills (q(u) under natural gradients, ``Engine.natural_step``)."""
     shared = [geometry]
     replay = None
     if extractor is not None and isinstance(opt, torch.optim.LBFGS):
@@ -332,6 +349,8 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
                     b.copy_(v)
             torch.set_rng_state(replay[1])
         opt.zero_grad(set_to_none=True)
+        for p in natural:
+            p.grad = None
         loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None) / N
         if comm is not None:
             loss = loss * weight
@@ -515,6 +534,54 @@ def _batch_source(X, y, settings: TrainSettings, generator, like: torch.Tensor, 
     return batches
 
 
+class Convergence:
+    """The stopping rule of ``TrainSettings.tol`` / ``n_iter_no_change``.
+
+    The training objective: stationarity. A check compares the value v (the objective per datum) with the
+    previous check's: |v − v_prev| ≤ tol raises the count of quiet checks, a larger change resets it; the rule
+    is met once the count reaches ``patience``. (Not "no improvement on the best so far", scikit-learn's MLP
+    rule: the EP-family objective log Z_q falls while the sites absorb the data, and that rule stopped SEP
+    after n_iter_no_change + 1 steps; see docs/design-notes.md.)
+    A ``monitor`` (held-out log-likelihood, early stopping): no improvement on the best so far by more than tol
+    for ``patience`` checks — a value that got worse counts, as it should when the model starts to overfit.
+    In a minibatch fit a check is one pass over the data (``steps_per_check`` steps) and the objective checked
+    is the pass's mean, since single minibatch objectives are noisy.
+    """
+
+    def __init__(self, tol: float | None, patience: int, steps_per_check: int):
+        self.tol, self.patience, self.steps_per_check = tol, patience, max(1, steps_per_check)
+        self.best, self.last, self.count, self.pending = -math.inf, None, 0, []
+
+    def observe(self, value: float, monitor: Callable[[], float] | None = None) -> float | None:
+        """Add one step's objective per datum; when a check is due, check and return the value checked (the
+        pass's mean objective, or ``monitor()`` when given), else None."""
+        self.pending.append(value)
+        if len(self.pending) < self.steps_per_check:
+            return None
+        v = math.fsum(self.pending) / len(self.pending) if monitor is None else float(monitor())
+        self.pending = []
+        tol = 0.0 if self.tol is None else self.tol
+        if monitor is None:
+            quiet = self.last is not None and abs(v - self.last) <= tol
+        else:
+            quiet = not v > self.best + tol
+        self.count = self.count + 1 if quiet else 0
+        self.best, self.last = max(self.best, v), v
+        return v
+
+    @property
+    def met(self) -> bool:
+        """Whether the last ``patience`` checks were quiet."""
+        return self.count >= self.patience
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "last": self.last, "count": self.count, "pending": list(self.pending)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.best, self.count, self.pending = float(d["best"]), int(d["count"]), list(d["pending"])
+        self.last = None if d.get("last") is None else float(d["last"])
+
+
 class _Rollback:
     """The guard against a step that goes too far: what a rejected step rolls back to, and how many in a row.
 
@@ -571,8 +638,9 @@ def _out_of_time(settings: TrainSettings, history: History, comm, model: nn.Modu
 def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
-        buffer_blocks: int = 4):
-    """Optimise the engine's objective over the model's hyper-parameters and the engine state.
+        buffer_blocks: int = 4, monitor: Callable[[nn.Module, object], float] | None = None):
+    """Optimise the engine's objective over the model's hyper-parameters and the engine state, until the
+    stopping rule (``TrainSettings.tol``, ``Convergence``) is met or the step budget is spent.
 
     Args:
         model: the ``SparseGP``; engine/state: an engine and its ``init`` state.
@@ -587,13 +655,19 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
         callback: optional ``f(step, objective)`` after each step.
         comm: a ``distributed.Communicator`` for data-parallel training, or None.
         buffer_blocks: blocks shuffled together when streaming (``stream.Minibatches``).
+        monitor: optional ``f(model, state) -> value`` (higher is better, e.g. −NLL on held-out rows) that the
+            stopping rule checks instead of the training objective (early stopping).
     Returns:
-        (state, History).
+        (state, History); ``History.converged`` says whether the stopping rule was met.
     """
     _check_checkpoint_path(settings, resume)
     N = _n_rows(X, y, settings)
     n_steps = settings.n_steps(N)
-    params = engine.trainable(model, state)
+    natural = engine.natural_parameters(model, state)
+    params = [p for p in engine.trainable(model, state) if all(p is not n for n in natural)]
+    if natural and settings.optimizer == "lbfgs":
+        raise ValueError("natural-gradient steps of q need optimizer='adam' or 'adaptive' for the hyper-parameters "
+                         "(L-BFGS's line search would move q along with them)")
     opt = _optimizer(settings, params)
     history, start, resumed = History(), 0, None
     z_scale = _inducing_step_scale(model, settings.optimizer)   # a resumed fit scales as its first part did
@@ -611,10 +685,14 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
     model.train()   # a hybrid model's batch normalisation/dropout in training mode (validation switches to eval)
     z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
     extractor = getattr(model, "feature_extractor", None)
-    guard = _Rollback(params, extractor)
+    guard = _Rollback(params + natural, extractor)
+    rule = Convergence(settings.tol, settings.n_iter_no_change,
+                       1 if settings.batch_size is None else N // min(settings.batch_size, N))
     if resumed is not None and start:
         try:
             guard.load_state_dict(resumed.checkpoint)
+            if "convergence" in resumed.checkpoint:
+                rule.load_state_dict(resumed.checkpoint["convergence"])
             if "torch_rng" in resumed.checkpoint:      # dropout draws from torch's global generator
                 torch.set_rng_state(resumed.checkpoint["torch_rng"])
         except Exception as exc:
@@ -642,7 +720,10 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
                 state = comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
             write_constants(model, engine, state)
             before = guard.snapshot()
-            per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor, geometry)
+            per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params + natural, extractor,
+                              geometry, natural)
+            if natural:
+                state = engine.natural_step(model, state, N)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
                     Z, Z0 = params[z_index], before[z_index]
@@ -670,13 +751,20 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             t_eval = time.perf_counter()
             _validation_row(validate, model, state, step + 1, history)
             t0 += time.perf_counter() - t_eval      # training time excludes validation
+        t_check = time.perf_counter()
+        checked = rule.observe(objective / N, None if monitor is None else lambda: monitor(model, state))
+        if monitor is not None:
+            t0 += time.perf_counter() - t_check     # as validation: not training time
+        if checked is not None:
+            history.monitored.append({"iteration": step + 1, "value": checked})
+        converged = rule.met and engine.converged(state) is not False
         if bar is not None:
             bar.update(1)
             bar.set_postfix(objective=f"{objective:.4g}", refresh=False)
         if callback is not None:
             callback(step + 1, objective)
-        out_of_time = _out_of_time(settings, history, comm, model)
-        if out_of_time and validate is not None and \
+        stop = _out_of_time(settings, history, comm, model) or (converged and settings.tol is not None)
+        if stop and validate is not None and \
                 (not history.validation or history.validation[-1]["iteration"] != step + 1):
             _validation_row(validate, model, state, step + 1, history)
         if settings.checkpoint_path and settings.checkpoint_every and (step + 1) % settings.checkpoint_every == 0 \
@@ -686,11 +774,12 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
                 "model": model.state_dict(), "engine": state_to_dict(state),
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(), **guard.state_dict(),
-                "torch_rng": torch.get_rng_state(), "z_scale": z_scale,
+                "torch_rng": torch.get_rng_state(), "z_scale": z_scale, "convergence": rule.state_dict(),
                 **({"stream": batches.batches.state_dict()} if y is None else {"batches": batches.state_dict()}),
             })
-        if out_of_time:
+        if stop:
             break
+    history.converged = bool(rule.met and engine.converged(state) is not False)
     if bar is not None:
         bar.close()
     model.eval()

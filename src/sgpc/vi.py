@@ -14,7 +14,7 @@ The engine follows the protocol shared by all methods (``train.fit``): ``init``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import math
@@ -22,6 +22,7 @@ import math
 import torch
 from torch import nn
 
+from . import natgrad
 from .engine import Capabilities, Engine
 from .gaussian import cholesky, kl_standard_normal, solve_lower
 from .sparse import InducingPosterior, SparseGP, whitened_marginals
@@ -116,9 +117,12 @@ def rpapep_objective(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: t
 
 @dataclass
 class VIState:
-    """Explicit state of the VI engine: the variational parameters."""
+    """Explicit state of the VI engine: the variational parameters, and the natural-gradient steps that had to
+    be shortened (``halved``) or were refused (``refused``) to keep q proper."""
 
     q: WhitenedGaussian
+    halved: int = 0
+    refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,15 +132,20 @@ class VI(Engine):
     Attributes:
         alpha: None for the ELBO (``vi``); a value in (0, 1] for an α-objective.
         objective: with alpha, "arpep" (alpha eq. 9) or "rpapep" (alpha eq. 10).
+        natgrad_lr: None: q(u) is optimised with the hyper-parameters; γ > 0: q(u) takes natural-gradient
+            steps of size γ (``natgrad``) from the same backward pass, and the optimiser only the rest.
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, free_gaussian=True)
     alpha: float | None = None
     objective: str = "arpep"
+    natgrad_lr: float | None = None
 
     def __post_init__(self):
         if self.alpha is not None and not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+        if self.natgrad_lr is not None and not (math.isfinite(self.natgrad_lr) and self.natgrad_lr > 0):
+            raise ValueError(f"natgrad_lr must be a finite number > 0 or None, got {self.natgrad_lr}")
         if self.objective not in ("arpep", "rpapep"):
             raise ValueError(f"unknown objective {self.objective!r}; valid: 'arpep', 'rpapep'")
 
@@ -169,3 +178,26 @@ class VI(Engine):
     def trainable(self, model: SparseGP, state: VIState) -> list[nn.Parameter]:
         """Hyper-parameters, inducing inputs (if learnable) and variational parameters."""
         return list(model.parameters()) + list(state.q.parameters())
+
+    def natural_parameters(self, model: SparseGP, state: VIState) -> list[nn.Parameter]:
+        """q's mean and Cholesky factor when q takes natural-gradient steps (``natgrad_lr``), else none."""
+        return [] if self.natgrad_lr is None else [state.q.mean, state.q.raw_chol]
+
+    @torch.no_grad()
+    def natural_step(self, model: SparseGP, state: VIState, n_total: int) -> VIState:
+        """θ ← θ + γ ∂F/∂η for q (Salimbeni et al. 2018; ``natgrad.natural_gradient_step``) from the gradients of
+        the per-datum loss −F/N that the step's backward pass left on q, which it consumes."""
+        if self.natgrad_lr is None:
+            return state
+        q = state.q
+        grad_mean, grad_cov = natgrad.moment_grads(q, scale=-float(n_total))
+        mean, chol, info = natgrad.natural_gradient_step(q.mean.detach(), q.chol.detach(), grad_mean, grad_cov,
+                                                         self.natgrad_lr)
+        q.mean.copy_(mean)
+        q.raw_chol.copy_(chol)
+        q.mean.grad = q.raw_chol.grad = None
+        return replace(state, halved=state.halved + info.n_halved, refused=state.refused + info.n_refused)
+
+    def counters(self, state: VIState) -> dict[str, int]:
+        """Natural-gradient steps refused (as "skipped") and shortened (as "redamped"), cumulative."""
+        return {"skipped": int(state.refused), "redamped": int(state.halved)}
