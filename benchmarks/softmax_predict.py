@@ -20,7 +20,7 @@ import time
 import torch
 
 from _common import write
-from sgpc.additive import Softmax
+from sgpc.likelihoods import Softmax
 
 
 def marginals(N, C, seed):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.optimize import minimize_scalar
 
-from sgpc import additive as AD
+from sgpc.likelihoods import additive as AD
 from sgpc import kernels as K
 from sgpc import quadrature
 from sgpc.estimator import GPClassifier

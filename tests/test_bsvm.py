@@ -1,4 +1,4 @@
-"""Tests of sgpc.bsvm (multiclass-bayesian-svm §3), the bsvm estimator method and hybrid models."""
+"""Tests of sgpc.likelihoods.hinge (multiclass-bayesian-svm §3), the bsvm estimator method and hybrid models."""
 import math
 import warnings
 from types import SimpleNamespace
@@ -11,8 +11,8 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sgpc import kernels as K
-from sgpc.bsvm import (BinaryHinge, MulticlassHinge, collapsed_bound, gig_bound, hinge_log_prob,
-                       log_joint_lambda, optimal_alpha)
+from sgpc.likelihoods.hinge import (BinaryHinge, MulticlassHinge, collapsed_bound, gig_bound, hinge_log_prob,
+                                   log_joint_lambda, optimal_alpha)
 from sgpc.estimator import GPClassifier, ModelFileError
 from sgpc.likelihoods import Likelihood
 from sgpc.sparse import SparseGP, marginals

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sgpc import likelihoods as LK
+from sgpc.likelihoods.base import log1mexp
 from support import GaussianLikelihood
 
 torch.set_default_dtype(torch.float64)
@@ -141,7 +142,6 @@ def test_gaussian_test_likelihood_closed_forms_match_generic():
 def test_log1mexp_values_and_gradients_are_finite_across_its_range():
     # log(1 − eˣ) and its derivative −1/(e^{−x} − 1) at both sides of the −log 2 switch and next to 0, where
     # the unused branch log1p(−eˣ) has an infinite derivative (it once turned whole EP gradients into NaN)
-    from sgpc.likelihoods import log1mexp
     x = torch.tensor([-1e-300, -1e-10, -0.3, -math.log(2.0), -0.9, -5.0, -50.0], dtype=torch.float64,
                      requires_grad=True)
     v = log1mexp(x)
@@ -170,7 +170,7 @@ def test_robust_max_tilted_normaliser_from_linear_p_equals_the_log_space_form():
     log_P = quadrature.log_prob_label_largest(y, m, v, lik.n_points)
     assert log_P[0] < -60 and log_P[1] > -1e-12
     for alpha in (1e-3, 0.5, 1.0):
-        want = torch.logaddexp(log_P + alpha * log_a, LK.log1mexp(log_P) + alpha * log_b)
+        want = torch.logaddexp(log_P + alpha * log_a, log1mexp(log_P) + alpha * log_b)
         torch.testing.assert_close(lik.log_tilted(y, m, v, alpha), want, rtol=1e-12, atol=1e-14)
         got32 = LK.RobustMax(4, epsilon=1e-3).float().log_tilted(y, m.float(), v.float(), alpha)
         torch.testing.assert_close(got32.double(), want, rtol=2e-6, atol=5e-6 * alpha)     # (1/α)·error ≤ 5e-6

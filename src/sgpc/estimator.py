@@ -23,9 +23,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import kernels as K
-from .likelihoods import RobustMax
-from .additive import NOISE_VARIANCE, PREDICT_RULES, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
-from .bsvm import BinaryHinge, MulticlassHinge
+from .likelihoods import (AdditiveGaussian, BinaryAdditiveGaussian, BinaryHinge, BinarySoftmax, MulticlassHinge,
+                          RobustMax, Softmax)
+from .likelihoods.additive import NOISE_VARIANCE, PREDICT_RULES
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import (COMPILE_MODES, TrainSettings, atomic_save, digest, fit as fit_loop, file_error_detail,
                     record_engine_events, refresh, _state_to_dict, _load_state)

@@ -50,8 +50,8 @@ import math
 import torch
 from torch.special import log_ndtr
 
-from . import quadrature
-from .likelihoods import Likelihood
+from .. import quadrature
+from .base import Likelihood
 
 __all__ = ["log_joint_lambda", "gig_bound", "optimal_alpha", "collapsed_bound", "hinge_log_prob",
            "MulticlassHinge", "BinaryHinge"]

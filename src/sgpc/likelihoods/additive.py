@@ -37,8 +37,8 @@ from torch import nn
 from torch.nn.functional import logsigmoid, softplus
 from torch.special import log_ndtr
 
-from . import quadrature
-from .likelihoods import Likelihood, log1mexp
+from .. import quadrature
+from .base import Likelihood, log1mexp
 
 __all__ = ["NOISE_VARIANCE", "AdditiveGaussian", "BinaryAdditiveGaussian", "Softmax", "BinarySoftmax",
            "PREDICT_RULES"]
