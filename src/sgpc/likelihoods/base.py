@@ -1,18 +1,23 @@
-"""Likelihoods p(y | f) for C classes through L latent functions.
+"""The likelihood base class: p(y | f) for C classes through L latent functions, and its generic defaults.
 
 A likelihood implements one method, ``log_prob(y, F)``. From it the base class derives, by
 Gauss–Hermite quadrature (small L) or seeded Monte Carlo (large L):
 
-* ``expected_log_prob(y, mean, var)`` = E_q[log p(y | f)]          (VI)
+* ``expected_log_prob(y, mean, var)`` = E_q[log p(y | f)], always the exact expectation
 * ``log_tilted(y, mean, var, alpha)`` = log E_q[p(y | f)^α]          (EP, Power EP, prediction)
 * ``predict_log_proba(mean, var)``    = log E_q[p(y = c | f)] for every c
 * ``tilted_moments(y, mean, var, alpha)``: moments of Z⁻¹ p(y|f)^α q(f), from the derivatives of
   ``log_tilted`` (the one EP moment-matching rule, ``gaussian.match_moments``).
 
 Subclasses override the first three only for speed or exactness, and each override is tested
-against the generic default. Marginals ``mean``/``var`` are [N,L]; labels ``y`` are int64 [N].
+against the generic default. A likelihood whose VI objective uses a closed-form *lower bound* of
+E_q[log p] instead (additive-noise, softmax, hinge) declares ``elbo_is_bound = True`` and implements
+``expected_log_prob_bound``; ``elbo_term`` is the per-point term VI maximises — the bound for those
+classes, ``expected_log_prob`` for the others. Marginals ``mean``/``var`` are [N,L]; labels ``y``
+are int64 [N].
 
-What this module does not do: hold data, or know about inducing points and posteriors.
+What this module does not do: hold data, know about inducing points and posteriors, or define a
+concrete likelihood (``robust_max``, ``additive``, ``hinge`` do).
 """
 from __future__ import annotations
 
@@ -65,6 +70,21 @@ class Likelihood(nn.Module):
     def expected_log_prob(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
         """E_{N(f|mean,var)}[log p(y|f)]: [N]."""
         return quadrature.expect(lambda F: self.log_prob(y, F), mean, var, **self._quad())
+
+    #: True when VI maximises ``expected_log_prob_bound`` (a closed-form lower bound) instead of the exact term.
+    elbo_is_bound: bool = False
+
+    def expected_log_prob_bound(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        """A closed-form lower bound of E_{N(f|mean,var)}[log p(y|f)]: [N]. Implemented by the classes that
+        declare ``elbo_is_bound``."""
+        raise NotImplementedError(f"{type(self).__name__} declares no bound: its VI term is expected_log_prob")
+
+    def elbo_term(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        """The per-point data term of the ELBO that VI maximises: ``expected_log_prob_bound`` when the class
+        declares ``elbo_is_bound``, else the exact ``expected_log_prob``: [N]."""
+        if self.elbo_is_bound:
+            return self.expected_log_prob_bound(y, mean, var)
+        return self.expected_log_prob(y, mean, var)
 
     def log_tilted(self, y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
         """log E_{N(f|mean,var)}[p(y|f)^α]: [N]."""
