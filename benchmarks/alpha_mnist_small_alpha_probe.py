@@ -3,7 +3,7 @@
 PEP on the first --rows training rows of ``train_test("mnist", seed=0)`` (standardised pixels), tested on the
 first 2 000 test rows: M = 50, B = 200, --iters Adam steps, float64, one fit per (α, learning rate, seed).
 A learning rate of 1e-9 holds the hyper-parameters (and Z) practically fixed, so the sites alone move.
---pd-margins sets ``sgpc.ep.PD_MARGIN_POWER`` (the fraction of the positive-definite edge a capped site step of
+--pd-margins sets ``sgpc.sites.PD_MARGIN_POWER`` (the fraction of the positive-definite edge a capped site step of
 Power EP at α < 1 may use; at commit 8ae1961 it was ``PD_MARGIN``, then used by every α)
 for each fit in turn; the default is the library's value.
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from _common import write
-import sgpc.ep
+import sgpc.sites
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
 
@@ -34,7 +34,7 @@ def main():
     ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--iters", type=int, default=250)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--pd-margins", nargs="+", type=float, default=[sgpc.ep.PD_MARGIN_POWER])
+    ap.add_argument("--pd-margins", nargs="+", type=float, default=[sgpc.sites.PD_MARGIN_POWER])
     ap.add_argument("--out", default="alpha_mnist_small_alpha_probe")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -43,7 +43,7 @@ def main():
     runs = []
     for margin, alpha, lr, seed in ((m, a, r, s) for m in args.pd_margins for a in args.alphas
                                     for r in args.lrs for s in args.seeds):
-        sgpc.ep.PD_MARGIN_POWER = margin
+        sgpc.sites.PD_MARGIN_POWER = margin
         t0 = time.perf_counter()
         est = GPClassifier(method="pep", alpha=alpha, n_inducing=50, batch_size=200, max_iter=args.iters,
                            learning_rate=lr, random_state=seed, dtype="float64").fit(X, y)
