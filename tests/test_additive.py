@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.optimize import minimize_scalar
 
-from sgpc import additive as AD
+from sgpc.likelihoods import additive as AD
 from sgpc import kernels as K
 from sgpc import quadrature
 from sgpc.estimator import GPClassifier
@@ -77,7 +77,7 @@ def test_bound_at_zero_variance_is_log_prob_when_a_is_zero(name):
     """a = 0 (step) and softmax: the bound term at ν = 0 is exactly log p(y|μ) (a = 0 is not approximated)."""
     lik = make(name, 0.0)
     y, mean, _ = points(n_latent(name))
-    torch.testing.assert_close(lik.expected_log_prob(y, mean, torch.zeros_like(mean)), lik.log_prob(y, mean),
+    torch.testing.assert_close(lik.expected_log_prob_bound(y, mean, torch.zeros_like(mean)), lik.log_prob(y, mean),
                                rtol=0, atol=1e-12)
 
 
@@ -87,9 +87,9 @@ def test_bound_with_noise_is_below_the_marginal_likelihood(name, a):
     """For a > 0, E_{p(g|f)}[log p(y|g)] < log p(y|f) = log E_{p(g|f)}[p(y|g)] (Jensen): eq. 8/18 is a bound."""
     lik = make(name, a)
     y, mean, var = points(n_latent(name))
-    assert (lik.expected_log_prob(y, mean, torch.zeros_like(mean)) < lik.log_prob(y, mean)).all()
+    assert (lik.expected_log_prob_bound(y, mean, torch.zeros_like(mean)) < lik.log_prob(y, mean)).all()
     # and the same under q: the analytic term is below the generic E_q[log p(y|f)] of the marginal likelihood
-    assert (lik.expected_log_prob(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
+    assert (lik.expected_log_prob_bound(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
 
 
 # -- analytic bound terms vs the generic Monte Carlo default -------------------------------------------
@@ -104,7 +104,7 @@ def test_gaussian_noise_bound_matches_monte_carlo(name, a):
     step = make(name, 0.0)
     step.n_samples, step.max_grid = MC, 0            # force Monte Carlo (Gauss–Hermite is poor on a step)
     y, mean, var = points(n_latent(name))
-    analytic = lik.expected_log_prob(y, mean, var)
+    analytic = lik.expected_log_prob_bound(y, mean, var)
     mc = generic(step, "expected_log_prob", y, mean, var + a)
     log_hit, log_miss = (t.detach() for t in AD._log_hit_miss(lik.raw_flip, lik.n_classes))
     S = (analytic - log_miss) / (log_hit - log_miss)
@@ -122,7 +122,7 @@ def test_softmax_bound_matches_monte_carlo():
     R = (F - F.gather(-1, y.expand(MC, -1)[..., None])).exp().sum(-1)              # [S,N]
     mc = -R.mean(0).log()
     se = R.std(0) / math.sqrt(MC) / R.mean(0)
-    err = (lik.expected_log_prob(y, mean, var) - mc).abs()
+    err = (lik.expected_log_prob_bound(y, mean, var) - mc).abs()
     assert (err <= 5 * se).all(), err / se
 
 
@@ -131,7 +131,7 @@ def test_softmax_bound_is_below_expected_log_softmax(name):
     """Jensen: −log E[Σ exp(f_c − f_y)] ≤ E[log softmax_y(f)] (the generic Gauss–Hermite default)."""
     lik = make(name)
     y, mean, var = points(n_latent(name))
-    assert (lik.expected_log_prob(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
+    assert (lik.expected_log_prob_bound(y, mean, var) < generic(lik, "expected_log_prob", y, mean, var)).all()
 
 
 def eq24(P, theta):
@@ -164,7 +164,7 @@ def test_softmax_augmented_bound_eq24_matches_monte_carlo():
 def test_softmax_theta_star_maximises_eq24_and_gives_eq25():
     lik = make("softmax")
     y, mean, var = points(C)
-    bound = lik.expected_log_prob(y, mean, var)
+    bound = lik.expected_log_prob_bound(y, mean, var)
     P = torch.expm1(-bound)                                                          # −log(1 + P) = bound
     theta_star = 1 + P
     torch.testing.assert_close(eq24(P, theta_star), bound, rtol=0, atol=1e-12)
@@ -195,7 +195,7 @@ def test_binary_model_is_two_class_model_on_the_contrast(a):
     m = AD.AdditiveGaussian(2, a / 2, 0.04, n_points=64)
     y, mean, var = points(2)
     cmean, cvar = (mean[:, 1] - mean[:, 0])[:, None], var.sum(1, keepdim=True)
-    torch.testing.assert_close(b.expected_log_prob(y, cmean, cvar), m.expected_log_prob(y, mean, var),
+    torch.testing.assert_close(b.expected_log_prob_bound(y, cmean, cvar), m.expected_log_prob_bound(y, mean, var),
                                atol=1e-10, rtol=0)
     torch.testing.assert_close(b.predict_log_proba(cmean, cvar), m.predict_log_proba(mean, var), atol=1e-10, rtol=0)
     torch.testing.assert_close(b.delta, m.delta)
@@ -210,7 +210,7 @@ def test_two_class_softmax_is_the_binary_logistic_model():
     torch.testing.assert_close(sm.log_prob(y, mean), bs.log_prob(y, cmean), rtol=0, atol=1e-14)
     torch.testing.assert_close(sm.log_prob(y, mean), torch.nn.functional.logsigmoid((2 * y - 1) * cmean[:, 0]),
                                rtol=0, atol=1e-14)
-    torch.testing.assert_close(sm.expected_log_prob(y, mean, var), bs.expected_log_prob(y, cmean, cvar),
+    torch.testing.assert_close(sm.expected_log_prob_bound(y, mean, var), bs.expected_log_prob_bound(y, cmean, cvar),
                                rtol=0, atol=1e-14)
     # predictions agree up to the 2-D QMC rule's error (the 1-D Gauss–Hermite side is exact to ~1e-12)
     torch.testing.assert_close(sm.predict_log_proba(mean, var).exp(), bs.predict_log_proba(cmean, cvar).exp(),
@@ -241,7 +241,7 @@ def test_delta_star_eq27_maximises_binary_bound(a):
     def neg_bound(raw):
         with torch.no_grad():
             lik.raw_flip.fill_(raw)
-            return -float(lik.expected_log_prob(y, mean, var).sum())
+            return -float(lik.expected_log_prob_bound(y, mean, var).sum())
     res = minimize_scalar(neg_bound, bounds=(-20, 5), method="bounded", options={"xatol": 1e-10})
     neg_bound(res.x)
     assert abs(float(lik.delta.detach()) - float(delta_star)) < 1e-6
@@ -311,7 +311,7 @@ class _Bound(torch.nn.Module):
         self.lik = lik
 
     def forward(self, y, mean, var):
-        return self.lik.expected_log_prob(y, mean, var)
+        return self.lik.expected_log_prob_bound(y, mean, var)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -501,7 +501,7 @@ def test_step_bound_gradients_are_finite_and_vanish_as_the_variance_does(binary,
         mean = torch.tensor([row, row], dtype=dtype, requires_grad=True)
         var = torch.full_like(mean, nu).requires_grad_()
         y = torch.tensor([0, 1] if binary else [2, 0])                 # the wrong side of the step, the right
-        value = lik.expected_log_prob(y, mean, var)
+        value = lik.expected_log_prob_bound(y, mean, var)
         value.sum().backward()
         hit, miss = math.log(1 - 0.02), math.log(0.02 / (1 if binary else 2))
         torch.testing.assert_close(value, torch.tensor([miss, hit], dtype=dtype))

@@ -246,7 +246,7 @@ def test_rpapep_and_apep_gradients_finite_differences(alpha):
 
 
 def test_pd_step_limit_is_the_exact_edge_of_the_pd_cone():
-    from sgpc.ep import pd_step_limit
+    from sgpc.sites import pd_step_limit
     g = torch.Generator().manual_seed(3)
     A = torch.randn(4, 6, 6, generator=g, dtype=torch.float64)
     P0 = A @ A.mT + 0.5 * torch.eye(6, dtype=torch.float64)
@@ -273,12 +273,12 @@ def test_power_ep_at_small_alpha_updates_sites_instead_of_skipping_them():
     for _ in range(5):
         st = ep.update(model, st, X, y, N)
     assert st.skipped == 0 and (st.c1 < 0).any() and (st.c1 > 0).any()
-    from sgpc.ep import TiedSites, q_state
+    from sgpc.sites import TiedSites, q_state
     q = q_state(model, TiedSites(st.Lam, st.h))                # proper
     assert torch.isfinite(q.cov).all()
     # the tied sums still equal the stored per-point slots (the next replacement subtracts them)
     fac = ep.factors(model, y)
-    from sgpc.ep import per_latent
+    from sgpc.sites import per_latent
     d1 = per_latent(st.c1, fac.latent, C)
     Vt = st.V.transpose(0, 1)
     torch.testing.assert_close(st.Lam, Vt.mT @ (d1[..., None] * Vt), rtol=1e-8, atol=1e-8)
@@ -290,9 +290,10 @@ def test_power_ep_keeps_updating_after_a_large_step_in_the_length_scales(monkeyp
     # (ρ → 0 leaves the moved sites), and every later update skipped all 300 factors without changing q.
     # (The sites are built with steps capped at 0.5 of the PD edge, which leaves them close enough to it
     # for this case; the recovery checked below runs with the library's cap for α < 1.)
-    import sgpc.ep
-    from sgpc.ep import TiedSites, _is_pd, _replace_sites, _whitened_precision, directions
-    monkeypatch.setattr(sgpc.ep, "PD_MARGIN_POWER", 0.5)
+    import sgpc.sites
+    from sgpc.ep import _replace_sites
+    from sgpc.sites import TiedSites, directions, is_pd, whitened_precision
+    monkeypatch.setattr(sgpc.sites, "PD_MARGIN_POWER", 0.5)
     g = torch.Generator().manual_seed(0)
     N, C, M = 300, 6, 10
     X = torch.randn(N, 2, generator=g)
@@ -310,14 +311,14 @@ def test_power_ep_keeps_updating_after_a_large_step_in_the_length_scales(monkeyp
         V, _ = directions(model, X, Lk)
         fac = ep.factors(model, y)
         moved = _replace_sites(st.Lam, st.h, st.V.transpose(0, 1), V, st.c1, st.c2, st.c1, st.c2, fac.latent)
-        assert _is_pd(_whitened_precision(Lk, TiedSites(st.Lam, st.h))[0])       # restore sees nothing wrong
-        assert not _is_pd(_whitened_precision(Lk, TiedSites(*moved))[0])        # the case this test is about
+        assert is_pd(whitened_precision(Lk, TiedSites(st.Lam, st.h))[0])       # restore sees nothing wrong
+        assert not is_pd(whitened_precision(Lk, TiedSites(*moved))[0])        # the case this test is about
     monkeypatch.undo()
     for _ in range(3):
         before, skipped = st.Lam.clone(), st.skipped
         st = ep.update(model, st, X, y, N)
         assert st.skipped == skipped and not torch.equal(st.Lam, before)
-    assert _is_pd(_whitened_precision(model.chol_Kuu(), TiedSites(st.Lam, st.h))[0])
+    assert is_pd(whitened_precision(model.chol_Kuu(), TiedSites(st.Lam, st.h))[0])
 
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5, 1e-3])
@@ -325,9 +326,9 @@ def test_a_capped_site_step_lowers_the_precision_of_q_by_at_most_the_margin(alph
     # A step that would leave the PD cone is capped at a margin of the edge: q's precision may fall by at most
     # that fraction in any direction per step; 0.1 for Power EP (with 0.5, repeated capped steps at α → 0 ran
     # into the edge), 0.5 for EP
-    import sgpc.ep
-    from sgpc.ep import pd_damping
-    PD_MARGIN = sgpc.ep.PD_MARGIN if alpha == 1.0 else sgpc.ep.PD_MARGIN_POWER
+    import sgpc.sites
+    from sgpc.sites import pd_damping
+    PD_MARGIN = sgpc.sites.PD_MARGIN if alpha == 1.0 else sgpc.sites.PD_MARGIN_POWER
     assert PD_MARGIN == (0.5 if alpha == 1.0 else 0.1)
     g = torch.Generator().manual_seed(5)
     A = torch.randn(3, 5, 5, generator=g)
@@ -350,24 +351,24 @@ def test_an_uncapped_damping_factorises_once_per_cone_and_not_p0_when_known(monk
     # PD at 0 and at ρ/margin implies PD at ρ (the cone is convex): the common, uncapped step needs one
     # Cholesky per cone beyond P0's own check, and none for P0 when the caller has just checked it (SEP's
     # restore). ρ is the same either way.
-    import sgpc.ep
+    import sgpc.sites
     g = torch.Generator().manual_seed(6)
     A = torch.randn(2, 4, 4, generator=g)
     P0 = A @ A.mT + torch.eye(4)
     dP = 0.01 * torch.randn(2, 4, 4, generator=g)
     dP = dP + dP.mT
     calls = []
-    real = sgpc.ep._is_pd
-    monkeypatch.setattr(sgpc.ep, "_is_pd", lambda P: calls.append(1) or real(P))
+    real = sgpc.sites.is_pd
+    monkeypatch.setattr(sgpc.sites, "is_pd", lambda P: calls.append(1) or real(P))
     rho = torch.full((2,), 0.3)
-    out, n = sgpc.ep.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)])
+    out, n = sgpc.sites.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)])
     assert n == 0 and torch.equal(out, rho) and len(calls) == 4          # 2 checks of P0, 2 at ρ/margin
     calls.clear()
-    out, n = sgpc.ep.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)], known_pd=True)
+    out, n = sgpc.sites.pd_damping(rho, [(P0, dP), (P0, 0.5 * dP)], known_pd=True)
     assert n == 0 and torch.equal(out, rho) and len(calls) == 2
     # a step past the edge is still capped, known_pd or not
     calls.clear()
-    capped, n = sgpc.ep.pd_damping(rho, [(P0, -100.0 * torch.eye(4).expand(2, 4, 4))], known_pd=True)
+    capped, n = sgpc.sites.pd_damping(rho, [(P0, -100.0 * torch.eye(4).expand(2, 4, 4))], known_pd=True)
     assert n == 1 and (capped < rho).all()
 
 

@@ -8,9 +8,10 @@ from scipy.stats import norm
 from sgpc import kernels as K
 from sgpc import ep as ep_module
 from sgpc import sep as sep_module
-from sgpc.ep import (EP, TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state)
+from sgpc.ep import EP
 from sgpc.likelihoods import RobustMax
 from sgpc.sep import SEP
+from sgpc.sites import TiedSites, cavity_projection, directions, log_Zq, pairwise_factors, q_state
 from sgpc.sparse import SparseGP
 from sgpc.train import TrainSettings, fit
 from support import GaussianLikelihood, assert_gradient_matches_fd, classification_problem
@@ -88,7 +89,7 @@ def test_cavity_projection_against_explicit_inversion():
 
 def test_pairwise_tilted_moments_against_brute_force():
     # Z = ∫∫ Φ(...) N(a|.)N(b|.): the site update's tilted moments vs 2-D integration
-    from sgpc.ep import site_update
+    from sgpc.sites import site_update
     fac = pairwise_factors(torch.tensor([0]), 2)
     mean = torch.tensor([[[0.3, 0.8], [0.0, 0.0]]])        # factor k=1 (index 1) is real, k=0 padding
     var = torch.tensor([[[0.7, 1.3], [1.0, 1.0]]])
@@ -290,7 +291,7 @@ def test_damping_anneals_per_pass_over_the_data():
 def test_a_damping_below_the_annealing_floor_is_kept():
     # EP(damping=0.01) took steps of 0.05: the floor raised it silently
     # (SEP.apply takes its step from the same annealed_damping)
-    from sgpc.ep import EP, annealed_damping
+    from sgpc.sites import annealed_damping
     assert EP(damping=0.01)._damping(0) == 0.01 and EP(damping=0.01)._damping(100) == 0.01
     assert EP(damping=0.5)._damping(1e6) == 0.05
     assert annealed_damping(0.01, 0.99, 50.0, 0.05) == 0.01 and annealed_damping(0.5, 0.99, 1.0, 0.05) == 0.495
@@ -300,7 +301,7 @@ def test_site_update_without_one_over_v_equals_the_tilted_difference_and_holds_a
     # the site is θ̂ − θ\ = (λ/(1 − vλ), (dm + mλ)/(1 − vλ))/α, λ = dm² − 2dv; against 1/v̂ − 1/v from the
     # tilted moments where v > 0, and at v = 0 (a slot whose direction vanished) finite and equal to the
     # limit v → 0 of the same difference (which was 0/0 = NaN there and skipped the whole factor)
-    from sgpc.ep import likelihood_factors, site_update
+    from sgpc.sites import likelihood_factors, site_update
     from sgpc.gaussian import match_moments
     g = torch.Generator().manual_seed(3)
     C, B, alpha = 4, 7, 0.3

@@ -469,7 +469,7 @@ def _has_cpp_compiler() -> bool:
 def test_a_compiled_loss_trains_as_the_eager_one(iris, method):
     # compile= replaces the loss by torch.compile's graph, and nothing else: the same objective at every step and
     # the same predictions (up to the compiler's reordering of sums). SEP's site update stays eager, and its loss
-    # inside the compiled graph must not take the update's kept kernel matrices (ep.recall_geometry).
+    # inside the compiled graph forms its own kernel geometry (the fit loop shares it only with eager losses).
     from torch._dynamo.utils import counters
     X, y = iris
     kw = dict(method=method, n_inducing=8, batch_size=50, max_iter=8, random_state=0)

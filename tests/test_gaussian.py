@@ -136,7 +136,7 @@ def test_match_moments_in_float32_models_far_in_the_step_tail(z):
 def test_ep_site_update_float32_matches_float64_in_the_tail():
     # the pairwise step sites of scalable-ep eqs. 47–55 for two points far on the wrong side
     # (z = −100/√0.7 and −60/√0.7): float32 models get the float64 sites
-    from sgpc.ep import pairwise_factors, site_update
+    from sgpc.sites import pairwise_factors, site_update
     y = torch.tensor([0, 1])
     res = {}
     for dtype in (torch.float32, torch.float64):
@@ -176,7 +176,7 @@ def test_log_ndtr_derivative_far_in_the_tail():
     # derivative of log_ndtr it was 2e-5 off at z = −100, 3% at −300 and of the wrong sign at −1000
     mpmath = pytest.importorskip("mpmath")
     from sgpc.gaussian import log_ndtr
-    from sgpc.ep import pairwise_factors
+    from sgpc.sites import pairwise_factors
     mpmath.mp.dps = 50
     z = torch.tensor([-1000.0, -300.0, -100.0, -10.0, 0.0, 5.0, 30.0, 40.0], dtype=torch.float64, requires_grad=True)
     (r,) = torch.autograd.grad(log_ndtr(z).sum(), z)

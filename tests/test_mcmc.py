@@ -229,6 +229,7 @@ def test_gibbs_matches_importance_sampling_from_the_prior():
 
 # -- row sweeps: (z_i, f_i) drawn jointly given the other points ------------------------------------------
 
+@pytest.mark.slow   # ~40 s on the 2 cores: `make test-slow`
 def test_label_row_draws_match_brute_force():
     # three classes, unequal variances: log P and the mean of exact draws against plain Monte Carlo
     m, s = np.array([0.0, 1.0, -0.5]), np.array([1.0, 0.3, 2.0])
@@ -249,6 +250,7 @@ def test_label_row_draws_match_brute_force():
     assert edge.std() == pytest.approx(math.sqrt(1 - 2 / math.pi), abs=0.02)
 
 
+@pytest.mark.slow   # ~40 s on the 2 cores: `make test-slow`
 def test_row_sweeps_alone_sample_the_posterior():
     # HMC all but off (travel time 1e-9): the sweeps must carry the chain. ε = 0.3, so z_i is noise often.
     # Importance sampling from the prior gives the posterior mean of F and P(f_i satisfies y_i) = p_i; a
@@ -271,6 +273,7 @@ def test_row_sweeps_alone_sample_the_posterior():
     assert (torch.einsum("nli,nlj->lij", s, s) / s.shape[0] - second).abs().max() < 0.15
 
 
+@pytest.mark.slow   # ~40 s on the 2 cores: `make test-slow`
 def test_gibbs_with_row_sweeps_matches_importance_sampling():
     g = torch.Generator().manual_seed(0)
     chol, y = _three_class_problem()

@@ -148,17 +148,17 @@ def test_unknown_log_z_is_rejected():
 def test_cavity_precision_from_the_tied_sites_precision():
     # SEP forms the cavity's whitened precision from the tied site's (P_c = I + keep·(P − I), b_c = keep·b)
     # instead of from the scaled sites: the two must agree, as must q_from_precision with q_state
-    from sgpc.ep import TiedSites, _whitened_precision, q_from_precision, q_state
+    from sgpc.sites import TiedSites, q_from_precision, q_state, whitened_precision
     from sgpc.sep import SEPState
     g = torch.Generator().manual_seed(0)
     L, M = 3, 5
     Lk = torch.linalg.cholesky(torch.eye(M) + (lambda R: R @ R.mT)(torch.randn(L, M, M, generator=g)))
     R = torch.randn(L, M, M, generator=g)
     state = SEPState(Lam=R @ R.mT, h=torch.randn(L, M, generator=g), counts=torch.tensor([4.0, 7.0, 1.0]))
-    P, b = _whitened_precision(Lk, TiedSites(state.Lam, state.h))
+    P, b = whitened_precision(Lk, TiedSites(state.Lam, state.h))
     keep = 1.0 - 1.0 / state.counts
     Pc, bc = SEP._cavity_precision(state, P, b)
-    Pc_ref, bc_ref = _whitened_precision(Lk, TiedSites(state.Lam * keep[:, None, None], state.h * keep[:, None]))
+    Pc_ref, bc_ref = whitened_precision(Lk, TiedSites(state.Lam * keep[:, None, None], state.h * keep[:, None]))
     torch.testing.assert_close(Pc, Pc_ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(bc, bc_ref, rtol=1e-12, atol=1e-12)
     q = q_from_precision(Lk, P, b)

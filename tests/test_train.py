@@ -71,7 +71,7 @@ def test_one_epoch_visits_every_row_once():
     seen = []
 
     class Recording(VI):
-        def update(self, model, state, X, y, n_total, idx=None):
+        def update(self, model, state, X, y, n_total, idx=None, *, geometry=None):
             seen.append(idx.clone())
             return state
 
@@ -187,7 +187,7 @@ class _Scaled(VI):
     """VI with its loss multiplied by a constant: the same optimum, a per-datum gradient as small as a fit on
     ~10⁷ rows has (the fit loop divides the loss by N)."""
 
-    def loss(self, model, state, X, y, n_total, idx=None):
+    def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None):
         return 1e-6 * super().loss(model, state, X, y, n_total, idx)
 
 
@@ -211,7 +211,7 @@ def test_lbfgs_does_not_stall_on_a_small_per_datum_gradient():
 class _NaNAfter(VI):
     """VI whose loss turns into NaN from the third step on, as a diverging fit would."""
 
-    def loss(self, model, state, X, y, n_total, idx=None):
+    def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None):
         self.calls = getattr(self, "calls", 0) + 1
         out = super().loss(model, state, X, y, n_total, idx)
         return out * float("nan") if self.calls > 2 else out
@@ -228,7 +228,7 @@ def test_divergence_raises_a_clear_error():
 class _NaNOnce(VI):
     """VI whose loss is NaN at its third evaluation only (one bad minibatch)."""
 
-    def loss(self, model, state, X, y, n_total, idx=None):
+    def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None):
         self.calls = getattr(self, "calls", 0) + 1
         out = super().loss(model, state, X, y, n_total, idx)
         return out * float("nan") if self.calls == 3 else out
@@ -256,7 +256,7 @@ class _FailsOnce(VI):
         object.__setattr__(self, "fail_at", fail_at)
         object.__setattr__(self, "seen", [])
 
-    def update(self, model, state, X, y, n_total, idx=None):
+    def update(self, model, state, X, y, n_total, idx=None, *, geometry=None):
         self.seen.append(model.kernel.raw_lengthscale.detach().clone())
         if len(self.seen) == self.fail_at:
             raise NotPositiveDefiniteError("K_uu is not positive definite (injected)")
@@ -325,7 +325,7 @@ class _NaNAtCall(VI):
         object.__setattr__(self, "bad", bad)
         object.__setattr__(self, "calls", 0)
 
-    def loss(self, model, state, X, y, n_total, idx=None):
+    def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None):
         object.__setattr__(self, "calls", self.calls + 1)
         out = super().loss(model, state, X, y, n_total, idx)
         return out * float("nan") if self.calls == self.bad else out

@@ -46,7 +46,7 @@ def main():
         D = X_tr.shape[1]
         for lik in args.likelihoods:
             for learn in (False, True):
-                est = GPClassifier(method="vi", likelihood=lik, n_inducing=args.n_inducing, batch_size=args.batch_size,
+                est = GPClassifier(tol=None, method="vi", likelihood=lik, n_inducing=args.n_inducing, batch_size=args.batch_size,
                                    learning_rate=args.lr, max_iter=args.iterations, eval_every=args.eval_every,
                                    init_lengthscale=0.1 * math.sqrt(D), init_variance=5.0, latent_noise=None,
                                    delta=args.delta, learn_delta=learn, random_state=0)

@@ -63,7 +63,7 @@ def run_one(name, likelihood, run, args):
     X_tr, X_te, y_tr, y_te = train_test(LOADER.get(name, name), seed=run, protocol=SplitProtocol(0.1))
     D = X_tr.shape[1]
     method, likelihood_name = ("sep", "robustmax") if likelihood == "sep" else ("vi", likelihood)
-    est = GPClassifier(method=method, likelihood=likelihood_name, kernel=args.kernel, n_inducing=args.n_inducing,
+    est = GPClassifier(tol=None, method=method, likelihood=likelihood_name, kernel=args.kernel, n_inducing=args.n_inducing,
                        batch_size=args.batch_size, learning_rate=args.lr, max_iter=args.iterations,
                        init_lengthscale=0.1 * math.sqrt(D), init_variance=5.0, latent_noise=None,
                        random_state=run, n_samples_predict=args.n_samples_predict)

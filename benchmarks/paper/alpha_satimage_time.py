@@ -63,7 +63,7 @@ def main():
             for method, a in jobs:
                 opt, lr = OPT.get(method, ("lbfgs", 1.0))
                 extra = {} if a is None else {"alpha": a}
-                clf = GPClassifier(method=method, n_inducing=M, inducing_init="random", optimizer=opt,
+                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", optimizer=opt,
                                    learning_rate=lr, max_iter=args.iters, eval_every=args.eval_every,
                                    random_state=seed, **extra)
                 clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)

@@ -94,7 +94,7 @@ def main():
             rng = np.random.default_rng(seed)
             Xp, yp = _subsample(Xp, yp, args.max_pool, rng)
             Xt, yt = _subsample(Xt, yt, args.max_test, rng)
-            est = GPClassifier(method="bsvm", n_inducing=args.inducing, max_iter=args.initial_iters,
+            est = GPClassifier(tol=None, method="bsvm", n_inducing=args.inducing, max_iter=args.initial_iters,
                                learning_rate=args.lr, random_state=seed)
             for policy in POLICIES:
                 t0 = time.perf_counter()

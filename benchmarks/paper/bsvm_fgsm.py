@@ -42,7 +42,7 @@ def fgsm(est, X: np.ndarray, y: np.ndarray, eps: float, attack_loss: str = "hing
         m, v = marginals(est.model_, est.posterior_, x)
         lik = est.model_.likelihood
         if attack_loss == "hinge":
-            loss = -lik.expected_log_prob(yb, m, v).sum()
+            loss = -lik.elbo_term(yb, m, v).sum()
         else:
             loss = -lik.predict_log_proba(m, v).gather(1, yb[:, None]).sum()
         (grad,) = torch.autograd.grad(loss, x)

@@ -116,7 +116,7 @@ def main():
     eval_every = max(1, (len(Xtr) // args.batch) // args.evals_per_epoch)
 
     torch.manual_seed(args.seed)
-    hybrid = GPClassifier(method="bsvm", feature_extractor=EXTRACTORS[args.extractor](), n_inducing=args.inducing, dtype="float32",
+    hybrid = GPClassifier(tol=None, method="bsvm", feature_extractor=EXTRACTORS[args.extractor](), n_inducing=args.inducing, dtype="float32",
                           batch_size=args.batch, n_epochs=args.epochs, learning_rate=args.lr,
                           eval_every=eval_every, random_state=args.seed, verbose=0)
     t0 = time.perf_counter()

@@ -50,8 +50,8 @@ def make(method: str, args, seed: int):
     base = dict(n_inducing=64, max_iter=args.iters, learning_rate=args.lr, random_state=seed,
                 batch_size=args.batch)
     if method == "bsvm_ovr":
-        return OneVsRestClassifier(GPClassifier(method="bsvm", **base))
-    return GPClassifier(method=method, **base)
+        return OneVsRestClassifier(GPClassifier(tol=None, method="bsvm", **base))
+    return GPClassifier(tol=None, method=method, **base)
 
 
 def run(name: str, method: str, seed: int, args) -> dict:

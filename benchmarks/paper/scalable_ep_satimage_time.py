@@ -42,7 +42,7 @@ def main():
         for M in args.ms:
             for method in args.methods:
                 opt, lr = OPTIMIZER[method]
-                clf = GPClassifier(method=method, n_inducing=M, inducing_init="random", optimizer=opt,
+                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", optimizer=opt,
                                    learning_rate=lr, max_iter=args.iters, eval_every=args.eval_every,
                                    random_state=seed)
                 clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)

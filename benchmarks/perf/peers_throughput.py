@@ -88,7 +88,7 @@ def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     compiled = method.endswith("-compiled")
     base, _, nodes = method.removesuffix("-compiled").partition("-gh")   # "-gh20": the integral on 20 nodes
     shared = base.endswith("-shared")          # GPflow's model: one Z [M,D] and one kernel for all classes
-    est = GPClassifier(method=base.removesuffix("-shared"), n_inducing=M, batch_size=B,
+    est = GPClassifier(tol=None, method=base.removesuffix("-shared"), n_inducing=M, batch_size=B,
                        shared_inducing=shared, shared_kernel=shared, device=device, dtype=dtype)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, M), math.sqrt(D) * np.ones(D))

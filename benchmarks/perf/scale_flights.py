@@ -53,7 +53,7 @@ def _gp(kind, args, iters, comm=None):
     from sgpc.estimator import GPClassifier
     train, Xt, yt, _ = _sources(args)
     method, _, likelihood = kind.partition(":")          # e.g. "vi:softmax" (additive-noise-gpc Fig. 3)
-    clf = GPClassifier(method=method, likelihood=likelihood or "robustmax", n_inducing=args.M,
+    clf = GPClassifier(tol=None, method=method, likelihood=likelihood or "robustmax", n_inducing=args.M,
                        batch_size=args.batch, max_iter=iters, learning_rate=args.lr, random_state=0,
                        eval_every=args.eval_every)
     t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def child(mode: str, method: str, n: int, args) -> dict:
     base = _rss_mb()
     paths = scale_data.write_derived(args.data_dir, [n])
     train, test = stream.ParquetSource(paths[n], "label"), stream.ParquetSource(paths["test"], "label")
-    clf = GPClassifier(method=method, n_inducing=args.M, batch_size=args.batch, max_iter=args.iters,
+    clf = GPClassifier(tol=None, method=method, n_inducing=args.M, batch_size=args.batch, max_iter=args.iters,
                        learning_rate=args.lr, random_state=0)
     t0 = time.perf_counter()
     if mode == "memory":

@@ -60,7 +60,7 @@ def main():
                  "final_nll": float(-lp[np.arange(len(code)), code].mean())})
     print(runs[-1], flush=True)
     for method in args.methods:
-        clf = GPClassifier(method=method, n_inducing=args.M, batch_size=args.batch, max_iter=args.iters,
+        clf = GPClassifier(tol=None, method=method, n_inducing=args.M, batch_size=args.batch, max_iter=args.iters,
                            learning_rate=args.lr, random_state=0, eval_every=args.eval_every)
         t0 = time.perf_counter()
         clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)

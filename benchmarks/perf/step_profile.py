@@ -36,7 +36,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from sgpc.estimator import GPClassifier
     X, y, _, _, C = _data(args.set)
-    est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=200,
+    est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=200,
                        shared_inducing=args.shared, shared_kernel=args.shared)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))

@@ -124,7 +124,7 @@ def main() -> None:
     from sgpc.train import _compiled
     X, y, _, _, C = _data(args.set)
     full = args.b == 0
-    est = GPClassifier(method=args.method, n_inducing=args.m, batch_size=None if full else args.b,
+    est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=None if full else args.b,
                        shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype,
                        **({} if args.alpha is None else {"alpha": args.alpha}))
     D = X.shape[1]

@@ -24,7 +24,7 @@ print one line to stderr and exit with status 2; ``--debug`` shows the traceback
 
 What it deliberately does not do: choose hyper-parameters, tune, or write results anywhere it was
 not told to (the demo writes its figure to ``--out``, default ``out/`` in the current directory).
-Categorical columns of a training file get ordinal codes (``datasets.load_file``); their levels go
+Categorical columns of a training file get ordinal codes (``tabular.load_file``); their levels go
 into the sidecar, and ``predict`` and ``evaluate`` code a file's columns with those levels, so a
 file holding only some of them gets the training codes, and a level the training file did not have
 is an error naming the column and row.
@@ -42,7 +42,7 @@ import time
 import numpy as np
 import torch
 
-from . import __version__, datasets, metrics
+from . import __version__, datasets, metrics, tabular
 from .estimator import GPClassifier
 from .registry import METHODS
 
@@ -223,7 +223,7 @@ def _read_features(path: str, target, n_features: int | None = None, levels: dic
     ``levels``, ``zero_based``: the training file's categorical levels and LIBSVM index base (the sidecar's)."""
     _require_file(path, "file")
     try:
-        return datasets.read_features(path, target=target, n_features=n_features, levels=levels,
+        return tabular.read_features(path, target=target, n_features=n_features, levels=levels,
                                       zero_based=zero_based)
     except ValueError as exc:
         raise CLIError(f"{exc} (or pass --target COL)") from None
@@ -384,7 +384,7 @@ def _cmd_fit(args) -> int:
         source, what = "name", f"{ds.name} (training split, seed {args.seed})"
     else:
         _require_file(args.data, "data file")
-        ds = datasets.load_file(args.data, target=-1 if args.target is None else args.target)
+        ds = tabular.load_file(args.data, target=-1 if args.target is None else args.target)
         X, y = ds.X, ds.y
         source, what = "file", f"{args.data} (all rows)"
     Xs, _, mean, std = datasets.standardize(X)
@@ -434,7 +434,7 @@ def _cmd_evaluate(args) -> int:
     else:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
-        ds = datasets.load_file(args.data, target=-1 if target is None else target,
+        ds = tabular.load_file(args.data, target=-1 if target is None else target,
                                 n_features=len(side["mean"]), levels=_levels(side), zero_based=_zero_based(side))
         X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "

@@ -24,7 +24,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import stream
-from .additive import PREDICT_RULES
+from .likelihoods.additive import PREDICT_RULES
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
 from .registry import KERNELS, LIKELIHOODS, METHODS, make_engine, make_kernel, make_likelihood

@@ -36,8 +36,8 @@ by the linear constraints f_i^{y_i} ≥ f_i^k of the clean points, sampled by ex
 Carlo (Pakman & Paninski 2014): in the whitened coordinates the trajectory is an ellipse, each
 constraint's value along it is r cos(t − φ), so the time it is hit is known in closed form, and the
 particle reflects off the first wall it meets. With ellipse samplers the chains crossed the
-near-separating posteriors of ε = 10⁻³ in small steps and had not mixed after 50 000 iterations
-(docs/results-alpha.md); exact HMC moves along the walls instead of shrinking towards them.
+near-separating posteriors of ε = 10⁻³ in small steps and did not mix (docs/results/alpha.md); exact HMC
+moves along the walls instead of shrinking towards them.
 
 z | F alone mixes the count of noise labels slowly: a clean point satisfies its constraint, so it turns to
 noise with probability ε/C per iteration, however strongly its neighbours vote against its label. The

@@ -112,7 +112,7 @@ def _standardised(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_po
 # √v_c: at a variance ratio v_c / min_k v_k of 10 the 32-node error reaches 8e-4, at 100 3e-2 (tests). Above
 # these ratios a (row, class) pair is integrated by ``_log_largest_panels`` instead (~10× the work of a pair):
 # from 4 for predictions (every class, 64 nodes: ≤ 2e-10 below it), from 10 in training objectives (the
-# label's class; 32 nodes: ≤ 8e-4 below it). benchmarks/quadrature_accuracy.py measures both.
+# label's class; 32 nodes: ≤ 8e-4 below it); tests/test_quadrature.py checks both.
 PANEL_RATIO_PREDICT = 4.0
 PANEL_RATIO_LABEL = 10.0
 # panel edges at m_k + a·√v_k for every class k (their union, sorted), Gauss–Legendre nodes per panel
@@ -246,8 +246,8 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
 
 
 # Run eagerly inside torch.compile: the rows H that need panels vary from batch to batch, and each new H
-# recompiled this function and the Newton iteration under it until dynamo's limit of 8 (then the step ran
-# 10–100× slower than eager while it recompiled; benchmarks/vi_step.py --compile). It was a graph break anyway.
+# recompiled this function and the Newton iteration under it until dynamo's limit of 8, after which every step
+# recompiled (benchmarks/perf/vi_step.py --compile). It was a graph break anyway.
 @torch.compiler.disable
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, linear: bool = False
                         ) -> torch.Tensor:

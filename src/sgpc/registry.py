@@ -17,12 +17,12 @@ from typing import Callable
 import torch
 
 from . import kernels as K
-from .additive import NOISE_VARIANCE, AdditiveGaussian, BinaryAdditiveGaussian, BinarySoftmax, Softmax
-from .bsvm import BinaryHinge, MulticlassHinge
 from .engine import Capabilities, Engine
 from .ep import EP
 from .fitc_ep import GFITC
-from .likelihoods import Likelihood, RobustMax
+from .likelihoods import (AdditiveGaussian, BinaryAdditiveGaussian, BinaryHinge, BinarySoftmax, Likelihood,
+                          MulticlassHinge, RobustMax, Softmax)
+from .likelihoods.additive import NOISE_VARIANCE
 from .rmgpc import RMGPC
 from .sep import APEP, SEP
 from .vi import VI

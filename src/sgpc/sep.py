@@ -10,19 +10,19 @@ factor, so its projections on v_il cost one O(M²) product per point and latent.
 Update (parallel over a minibatch B with n_{B,l} slots on latent l, damping ρ):
     θ̃_l ← θ̃_l + ρ [Σ_{slots in B on l} θ_new − (n_{B,l}/n_l) θ̃_l],
 which for ρ = 1 and one factor is SEP's θ̃ ← (1 − 1/n)θ̃ + θ_new. The new local sites come from the
-same moment matching as EP (``ep.site_update``).
+same moment matching as EP (``sites.site_update``).
 
 log Z_q and its gradient (§2.3.1: "all the other steps are carried out as in the original EP
 algorithm") come in two readings, ``SEP.log_z``:
   "local" (default): each minibatch factor's own rank-one site is recomputed from the SEP cavity (the
-      site SEP's update would propose for it) and EP's estimate (eqs. 57–61, ``ep.log_Zq``) is
+      site SEP's update would propose for it) and EP's estimate (eqs. 57–61, ``sites.log_Zq``) is
       evaluated with those sites, gradient by eq. (62). On small problems run to convergence this
       tracks central differences of the converged objective in sign and size.
   "tied": the cavity of every factor is q/φ̃_l^{1/n_l}, with g(θ^{\\f}) − g(θ) for that full-rank
       removal. Eq. (62) applied to this form ignores that SEP's fixed point (q's natural parameters =
       the average of the projected tilted ones) is not a stationary point of it; the resulting
       gradient can have the wrong sign (length-scales, noise) and pushes the kernel amplitudes down
-      (docs/design-notes.md; measured on MNIST in docs/results.md). Kept for comparison.
+      (docs/design-notes.md; measured on MNIST in docs/results/scalable-ep.md). Kept for comparison.
 
 APEP (alpha paper §3.2) ties the sites the same way, with the cavity q/φ̃^{α/N}, but optimises
 the tied factor's natural parameters by gradient ascent on the Power-EP energy (eq. 8) together with
@@ -38,11 +38,11 @@ from typing import ClassVar
 
 import torch
 
-from .ep import (FACTOR_KINDS, Factors, TiedSites, _gather, annealed_damping, _is_pd,
-                 _whitened_precision, cavity_projection, directions, g_whitened, log_Zq, make_factors, pd_damping,
-                 detached_geometry, fresh_geometry, per_latent, q_from_precision, q_state, shared_geometry,
-                 site_update)
 from .engine import Capabilities, Engine
+from .ep import detached_geometry, fresh_geometry, shared_geometry
+from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, g_whitened,
+                    gather, is_pd, log_Zq, make_factors, pd_damping, per_latent, q_from_precision, q_state,
+                    site_update, whitened_precision)
 from .gaussian import cholesky, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -179,8 +179,8 @@ class SEP(Engine):
     def _restore(self, state: SEPState, Lk: torch.Tensor) -> tuple[SEPState, torch.Tensor, torch.Tensor]:
         """``restore``, also returning the whitened precision and linear term (P, b) of the state returned."""
         def proper(st):
-            P, b = _whitened_precision(Lk, TiedSites(st.Lam, st.h))
-            return _is_pd(P) and _is_pd(self._cavity_precision(st, P, b)[0]), P, b
+            P, b = whitened_precision(Lk, TiedSites(st.Lam, st.h))
+            return is_pd(P) and is_pd(self._cavity_precision(st, P, b)[0]), P, b
 
         ok, P, b = proper(state)
         if ok:
@@ -228,7 +228,7 @@ class SEP(Engine):
         dh = inc.h - frac[:, None] * state.h
         keep = (1.0 - 1.0 / state.counts.clamp_min(1.0))[:, None, None]
         if P0 is None:
-            P0, _ = _whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
+            P0, _ = whitened_precision(cav_Lk, TiedSites(state.Lam, state.h))
         dP = cav_Lk.mT @ dLam @ cav_Lk
         dP = 0.5 * (dP + dP.mT)
         rho = torch.full_like(frac, annealed_damping(self.damping, self.decay, state.step, self.min_damping))
@@ -248,11 +248,11 @@ class SEP(Engine):
         """The rank-one sites SEP proposes for the factors ``fac`` of the rows whose ``directions`` are
         V [L,B,M], s [L,B]: moment matching (eqs. 39–55) against the common cavity q/φ̃^{1/n}; ``Pb`` as
         in ``increment``. Returns c1, c2 [B,F,T] (0 where the update is invalid) and the validity mask ok [B,F]."""
-        P, b = _whitened_precision(Lk, TiedSites(state.Lam, state.h)) if Pb is None else Pb
+        P, b = whitened_precision(Lk, TiedSites(state.Lam, state.h)) if Pb is None else Pb
         cav = q_from_precision(Lk, *self._cavity_precision(state, P, b))
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
-        c1, c2, _, ok = site_update(fac, mean_cav, var_cav, _gather(s, fac.latent), 1.0)
+        c1, c2, _, ok = site_update(fac, mean_cav, var_cav, gather(s, fac.latent), 1.0)
         c1 = torch.where(ok[..., None], c1, torch.zeros_like(c1))
         c2 = torch.where(ok[..., None], c2, torch.zeros_like(c2))
         return c1, c2, ok
@@ -272,7 +272,7 @@ class SEP(Engine):
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
             Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)   # differentiable, eq. (62)
-            P, b = _whitened_precision(Lk, sites)                        # differentiable: the global term
+            P, b = whitened_precision(Lk, sites)                        # differentiable: the global term
             LP = cholesky(P, jitter=0.0, what="EP posterior precision")
             with torch.no_grad():
                 Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
@@ -283,14 +283,14 @@ class SEP(Engine):
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                s_q = _gather(R.detach().square().sum(-1), fac.latent)
+                s_q = gather(R.detach().square().sum(-1), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
                            LPb=(LP, b), R=R, current=True)
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
-        P, b = _whitened_precision(Lk, sites)
+        P, b = whitened_precision(Lk, sites)
         g_q = g_whitened(cholesky(P, jitter=0.0, what="EP posterior precision"), b)   # [L], differentiable
         global_term = g_q.sum()
         with torch.no_grad():
@@ -299,7 +299,7 @@ class SEP(Engine):
             G = g_whitened(cav.LP, cav.b) - g_q.detach()
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
-        logZ = fac.log_Z(mean_cav, var_cav + _gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
+        logZ = fac.log_Z(mean_cav, var_cav + gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
         gsum = (G[fac.latent] * fac.mask[..., None]).sum()
         return -(global_term + (n_total / X.shape[0]) * (logZ.sum() + gsum))
 

@@ -110,8 +110,8 @@ class ParquetSource:
         y = label.to_numpy(zero_copy_only=False)
         # string labels as a fixed-width array, not Python objects: a kept sample of object labels
         # would pin the interpreter's memory arenas of every block it came from; stripped, as
-        # datasets.load_file strips them, so that " a" and "a" are one class either way
-        if y.dtype == bool:           # as datasets.load_file reads it: classes 0 and 1, not False and True
+        # tabular.load_file strips them, so that " a" and "a" are one class either way
+        if y.dtype == bool:           # as tabular.load_file reads it: classes 0 and 1, not False and True
             return X, y.astype(np.int64)
         return X, np.char.strip(y.astype(str)) if y.dtype == object else y
 

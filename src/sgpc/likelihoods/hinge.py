@@ -27,13 +27,16 @@ form — and at that optimum the data term collapses to
 
 a function of the marginal mean and variance of b_n only. With independent q(f_t), q(f_y),
 m = 1 + m_t − m_y and v = v_t + v_y (= κΣ_tκᵀ + κΣ_yκᵀ + 2K̃_nn in the paper's notation), so the
-hinge likelihoods below implement ``expected_log_prob`` as ℓ and the ordinary VI engine
-(``vi.elbo``) maximises eq. (12) with every α_n at its optimum; q(u_j) = N(μ_j, Σ_j) is its free
+hinge likelihoods below declare ``elbo_is_bound`` and implement ``expected_log_prob_bound`` as ℓ, and
+the ordinary VI engine (``vi.elbo``, through ``elbo_term``) maximises eq. (12) with every α_n at its optimum; q(u_j) = N(μ_j, Σ_j) is its free
 Gaussian. t_n = argmax_{t≠y_n} of the current mean m_t (the paper's highest-scoring wrong class).
 As v → 0, ℓ → −|b| − b = −2 max(b, 0) = log L (tested).
 
 For C = 2 (and the binary model) the bound is a lower bound of E_q[log L]; for C > 2 fixing t_n
-replaces max_t f_t by f_{t_n} ≤ max_t f_t, as the paper does.
+replaces max_t f_t by f_{t_n} ≤ max_t f_t, as the paper does, so ℓ is a lower bound of E_q[log L_{t_n}],
+the expectation of the pseudo-likelihood with that class fixed (not necessarily of E_q[log L]).
+``expected_log_prob`` is the exact E_q[log L]: in closed form for the binary model,
+E_{b~N(m,v)}[−2 max(b, 0)] = −2(m Φ(m/√v) + √v φ(m/√v)), and the generic default for C classes.
 
 Prediction: the decision rule is argmax_c f_c (binary: sign f). The pseudo-likelihood is not a
 normalised p(y | f), so class probabilities are P(argmax_c f*_c = c) under q(f*) — the limit of the
@@ -50,11 +53,11 @@ import math
 import torch
 from torch.special import log_ndtr
 
-from . import quadrature
-from .likelihoods import Likelihood
+from .. import quadrature
+from .base import Likelihood
 
 __all__ = ["log_joint_lambda", "gig_bound", "optimal_alpha", "collapsed_bound", "hinge_log_prob",
-           "MulticlassHinge", "BinaryHinge"]
+           "expected_hinge_log_prob", "MulticlassHinge", "BinaryHinge"]
 
 
 def log_joint_lambda(lam: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -98,6 +101,13 @@ def hinge_log_prob(b: torch.Tensor) -> torch.Tensor:
     return -2.0 * b.clamp_min(0.0)
 
 
+def expected_hinge_log_prob(m: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """E_{b~N(m,v)}[log L(b)] = −2(m Φ(m/√v) + √v φ(m/√v)), exactly; −2 max(m, 0) at v = 0. Broadcasts."""
+    s = v.clamp_min(torch.finfo(v.dtype).tiny).sqrt()
+    z = m / s
+    return -2.0 * (m * quadrature.ndtr(z) + s * torch.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi))
+
+
 def _other_max(y: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
     """max_{t≠y} F_t: y [N], F [...,N,C] -> [...,N]."""
     idx = y.long().expand(*F.shape[:-1])[..., None]
@@ -107,10 +117,13 @@ def _other_max(y: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
 class MulticlassHinge(Likelihood):
     """Multi-class hinge pseudo-likelihood of Theorem 1 (eq. 7), C latent functions.
 
-    ``expected_log_prob`` is the collapsed bound ℓ(m_b, v_b) of eq. (12) with
-    b_n = 1 + f_{t_n} − f_{y_n}, t_n = argmax_{t≠y_n} mean_t; ``predict_log_proba`` is
+    ``expected_log_prob_bound`` is the collapsed bound ℓ(m_b, v_b) of eq. (12) with
+    b_n = 1 + f_{t_n} − f_{y_n}, t_n = argmax_{t≠y_n} mean_t (a bound of E_q[log L] for C = 2, of
+    E_q[log L_{t_n}] for C > 2; ``expected_log_prob`` is the generic default); ``predict_log_proba`` is
     log P(argmax f* = c). Args: n_classes C ≥ 2; n_points_predict: Gauss–Hermite nodes for it.
     """
+
+    elbo_is_bound = True
 
     def __init__(self, n_classes: int, *, n_points_predict: int = 64, **kwargs):
         super().__init__(n_classes, **kwargs)
@@ -128,7 +141,7 @@ class MulticlassHinge(Likelihood):
         v = var.gather(1, t)[:, 0] + var.gather(1, y)[:, 0]
         return m, v
 
-    def expected_log_prob(self, y, mean, var):
+    def expected_log_prob_bound(self, y, mean, var):
         return collapsed_bound(*self.contrast(y, mean, var))
 
     def predict_log_proba(self, mean, var):
@@ -138,17 +151,19 @@ class MulticlassHinge(Likelihood):
     def decision_scores(self, mean, var, log_proba):
         """The SVM decision rule, argmax_c of the posterior mean of f*_c (the paper's "mean predictions"):
         the pseudo-likelihood is not normalised, and P(argmax f* = c) favours the classes of largest
-        predictive variance where the means are close (rare classes; chess-krvk: 0.004 accuracy by
-        P(argmax), 0.324 by the mean; docs/results-bsvm.md)."""
+        predictive variance where the means are close (rare classes: docs/results/bsvm.md)."""
         return mean
 
 
 class BinaryHinge(Likelihood):
     """Binary hinge pseudo-likelihood (eq. 3; Wenzel et al. 2017): one latent function, labels {0, 1}.
 
-    With s_n = 2y_n − 1 ∈ {−1, +1}, b_n = 1 − s_n f(x_n); ``expected_log_prob`` is ℓ(1 − s_n m, v)
+    With s_n = 2y_n − 1 ∈ {−1, +1}, b_n = 1 − s_n f(x_n); ``expected_log_prob_bound`` is ℓ(1 − s_n m, v),
+    ``expected_log_prob`` the exact ``expected_hinge_log_prob(1 − s_n m, v)``,
     and ``predict_log_proba`` is [log Φ(−m/√v), log Φ(m/√v)] = log P(sign f* = ±1).
     """
+
+    elbo_is_bound = True
 
     def __init__(self, **kwargs):
         super().__init__(2, **kwargs)
@@ -166,6 +181,9 @@ class BinaryHinge(Likelihood):
         return hinge_log_prob(1.0 - self._sign(y, F.dtype) * F[..., 0])
 
     def expected_log_prob(self, y, mean, var):
+        return expected_hinge_log_prob(1.0 - self._sign(y, mean.dtype) * mean[:, 0], var[:, 0])
+
+    def expected_log_prob_bound(self, y, mean, var):
         return collapsed_bound(1.0 - self._sign(y, mean.dtype) * mean[:, 0], var[:, 0])
 
     def predict_log_proba(self, mean, var):

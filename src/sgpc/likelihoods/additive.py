@@ -21,7 +21,9 @@ C = 2). It is stored as the logit of the flip probability ε = Cδ/(C − 1) ∈
 Important: for a > 0 the bound term E_{q(g)}[log p(y|g)] is *not* E_{q(f)}[log p(y|f)] of the
 marginal likelihood p(y|f) = ∫ p(y|g) p(g|f) dg (``log_prob``): it is a lower bound on it (Jensen),
 and the two coincide at a = 0. Likewise the GPCsm bound −log(1 + P_i) is a lower bound on
-E_q[log softmax]. ``expected_log_prob`` returns the paper's bound term, which is what VI optimises.
+E_q[log softmax]. So every class here declares ``elbo_is_bound``: ``expected_log_prob_bound`` is the
+paper's bound term, which is what VI optimises (``elbo_term``), and ``expected_log_prob`` is the exact
+E_q[log p(y|f)] (closed form where the bound is exact, a = 0; the generic default otherwise).
 Predictions (``log_tilted`` with α = 1, ``predict_log_proba``) are E_q[p(y|f)] of the marginal
 likelihood, exactly as eqs. (9), (19), (26).
 
@@ -37,8 +39,8 @@ from torch import nn
 from torch.nn.functional import logsigmoid, softplus
 from torch.special import log_ndtr
 
-from . import quadrature
-from .likelihoods import Likelihood, log1mexp
+from .. import quadrature
+from .base import Likelihood, log1mexp
 
 __all__ = ["NOISE_VARIANCE", "AdditiveGaussian", "BinaryAdditiveGaussian", "Softmax", "BinarySoftmax",
            "PREDICT_RULES"]
@@ -92,13 +94,15 @@ class BinaryAdditiveGaussian(Likelihood):
 
     Labels y ∈ {0, 1}, s = 2y − 1; f is the latent function of class 1.
         p(y|f) = (1 − 2δ) Φ(s f/√a) + δ    (eq. 5; the step (1 − 2δ) H(s f) + δ at a = 0),
-        E_{q(g)}[log p(y|g)] = log((1 − δ)/δ) Φ(s μ/√(a + ν)) + log δ    (eq. 8),
+        E_{q(g)}[log p(y|g)] = log((1 − δ)/δ) Φ(s μ/√(a + ν)) + log δ    (eq. 8; ``expected_log_prob_bound``),
         p(y* = 1) = (1 − 2δ) Φ(μ*/√(a + ν*)) + δ    (eq. 9).
 
     Args:
         noise_variance: a ≥ 0 (``NOISE_VARIANCE``: 0 step, 1 probit, 2.897 logit).
         delta: initial robustness δ ∈ (0, 1/2); learn_delta: make δ trainable (the paper's default).
     """
+
+    elbo_is_bound = True
 
     def __init__(self, noise_variance: float = 0.0, delta: float = 1e-3, *, learn_delta: bool = True, **kwargs):
         super().__init__(2, **kwargs)
@@ -139,6 +143,12 @@ class BinaryAdditiveGaussian(Likelihood):
         return _mix(self.raw_flip, self.n_classes, self._log_cdf(s * F[..., 0], 0.0))
 
     def expected_log_prob(self, y, mean, var):
+        # a = 0: p(y|f) is two-valued and the bound is the exact expectation; a > 0: the generic default
+        if self.noise_variance == 0.0:
+            return self.expected_log_prob_bound(y, mean, var)
+        return super().expected_log_prob(y, mean, var)
+
+    def expected_log_prob_bound(self, y, mean, var):
         # eq. (8): Φ log(1 − δ) + (1 − Φ) log δ with Φ = Φ(s μ/√(a + ν))
         log_hit, log_miss = _log_hit_miss(self.raw_flip, self.n_classes)
         s = (2 * y - 1).to(mean.dtype)
@@ -166,7 +176,7 @@ class AdditiveGaussian(Likelihood):
     """Multi-class GPC with additive Gaussian noise (C latent functions; additive-noise-gpc §III-B).
 
         p(y|f) = (1 − Cδ/(C − 1)) S_0(f) + δ/(C − 1),  S_0(f) = P(f_y + ε_y > f_c + ε_c ∀c ≠ y)  (eq. 15),
-        E_{q(g)}[log p(y|g)] = S_i log(1 − δ) + (1 − S_i) log(δ/(C − 1))    (eq. 18),
+        E_{q(g)}[log p(y|g)] = S_i log(1 − δ) + (1 − S_i) log(δ/(C − 1))    (eq. 18; ``expected_log_prob_bound``),
         p(y* = c) = (1 − δ) S_*^c + δ/(C − 1) (1 − S_*^c)    (eq. 19),
     where S_i = ∫ N(t | μ_y, a + ν_y) Π_{c≠y} Φ((t − μ_c)/√(a + ν_c)) dt is the probability that g_y
     is the largest under q(g) = N(μ, ν + a), by Gauss–Hermite in t (``quadrature``). At a = 0 this
@@ -177,6 +187,8 @@ class AdditiveGaussian(Likelihood):
         noise_variance: a ≥ 0; delta: initial δ ∈ (0, (C − 1)/C); learn_delta: trainable δ.
         n_points: Gauss–Hermite nodes of S_i in the bound; n_points_predict: nodes in predictions.
     """
+
+    elbo_is_bound = True
 
     def __init__(self, n_classes: int, noise_variance: float = 0.0, delta: float = 1e-3, *,
                  learn_delta: bool = True, n_points: int = 32, n_points_predict: int = 64, **kwargs):
@@ -205,6 +217,12 @@ class AdditiveGaussian(Likelihood):
         return _mix(self.raw_flip, self.n_classes, self._log_S0(y, F))
 
     def expected_log_prob(self, y, mean, var):
+        # a = 0: p(y|f) is two-valued and the bound is the exact expectation; a > 0: the generic default
+        if self.noise_variance == 0.0:
+            return self.expected_log_prob_bound(y, mean, var)
+        return super().expected_log_prob(y, mean, var)
+
+    def expected_log_prob_bound(self, y, mean, var):
         # eq. (18)
         log_hit, log_miss = _log_hit_miss(self.raw_flip, self.n_classes)
         S = quadrature.prob_label_largest(y, mean, var + self.noise_variance, self.n_points).clamp(0.0, 1.0)
@@ -239,18 +257,21 @@ class Softmax(Likelihood):
         p(y|f) = exp(f_y)/Σ_c exp(f_c) = ∫ φ_G(ε) Π_{c≠y} Φ_G(ε + f_y − f_c) dε    (eqs. 14, 20).
     With q(ε_i) = Gumbel(log θ_i, 1) the per-point bound (eq. 24) is
         −P_i/θ_i − log θ_i − 1/θ_i + 1,  P_i = exp(ν_y/2 − μ_y) Σ_{c≠y} exp(ν_c/2 + μ_c),
-    maximised at θ_i* = 1 + P_i, giving −log(1 + P_i) (eq. 25) = −log E_q[Σ_c exp(f_c − f_y)].
+    maximised at θ_i* = 1 + P_i, giving −log(1 + P_i) (eq. 25) = −log E_q[Σ_c exp(f_c − f_y)]
+    (``expected_log_prob_bound``; ``expected_log_prob`` is the generic E_q[log softmax_y(f)]).
 
     Prediction (eq. 26) E_q[softmax(f*)] has no closed form. ``predict_rule="mc"`` averages the
     softmax over ``n_samples_predict`` seeded Gaussian draws f = μ + √ν ∘ t (the paper's estimate);
     ``"qmc"`` uses the same number of points from a scrambled Sobol sequence with a fixed seed mapped
     through the normal quantile (a fixed, deterministic rule; its error decays nearly as 1/S
-    instead of 1/√S for this smooth integrand — measured in benchmarks/softmax_predict.py).
+    instead of 1/√S for this smooth integrand, docs/design-notes.md).
 
     Args:
         n_classes: C ≥ 2.
         n_samples_predict: S, points per prediction; predict_rule: "qmc" or "mc"; seed: their seed.
     """
+
+    elbo_is_bound = True
 
     def __init__(self, n_classes: int, *, n_samples_predict: int = 1024, predict_rule: str = "qmc",
                  seed: int = 0, **kwargs):
@@ -266,7 +287,7 @@ class Softmax(Likelihood):
     def log_prob(self, y, F):
         return F.log_softmax(-1).gather(-1, y.long().expand(*F.shape[:-1])[..., None])[..., 0]
 
-    def expected_log_prob(self, y, mean, var):
+    def expected_log_prob_bound(self, y, mean, var):
         return _softmax_bound(y, mean, var)
 
     def log_tilted(self, y, mean, var, alpha=1.0):
@@ -302,14 +323,16 @@ class BinarySoftmax(Likelihood):
 
         softmax(f_0, f_1)_y = σ(s (f_1 − f_0)),  s = 2y − 1    (eq. 14 with C = 2; eq. 2 "logit"),
     and eq. (25) with C = 2 becomes −log(1 + exp(−s μ + ν/2)) with μ, ν the mean and variance of
-    the contrast. So a two-class ``Softmax`` with independent latent functions is this model with
-    f = f_1 − f_0 (mean μ_1 − μ_0, variance ν_1 + ν_0), identically (tested). Prediction is the
+    the contrast (``expected_log_prob_bound``). So a two-class ``Softmax`` with independent latent
+    functions is this model with f = f_1 − f_0 (mean μ_1 − μ_0, variance ν_1 + ν_0), identically (tested). Prediction is the
     one-dimensional E_q[σ(s f)] (and the tilted E_q[σ(s f)^α]) by ``quadrature.log_expect_exp_step``,
     accurate at any variance while the step at f = 0 lies within ±8 standard deviations of the mean.
     Beyond (|μ| > 8√ν, which needs √ν ≳ 1 to matter) the probability of the unlikely class, below
     Φ(−8) ≈ 6e-16, is underestimated (the panels stop at ±8√ν and miss the mass near the step):
     predict_proba is unaffected, its log and the NLL of such a point are not.
     """
+
+    elbo_is_bound = True
 
     def __init__(self, **kwargs):
         super().__init__(2, **kwargs)
@@ -322,7 +345,7 @@ class BinarySoftmax(Likelihood):
     def log_prob(self, y, F):
         return logsigmoid((2 * y - 1).to(F.dtype) * F[..., 0])
 
-    def expected_log_prob(self, y, mean, var):
+    def expected_log_prob_bound(self, y, mean, var):
         s = (2 * y - 1).to(mean.dtype)
         return -softplus(0.5 * var[:, 0] - s * mean[:, 0])
 

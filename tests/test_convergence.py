@@ -1,0 +1,144 @@
+"""The stopping rule (tol, n_iter_no_change, early stopping) and natural-gradient steps of q in the fit loop."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+from sgpc import GPClassifier
+from sgpc import kernels as K
+from sgpc.sparse import SparseGP
+from sgpc.train import Convergence, TrainSettings, fit
+from sgpc.vi import VI
+from support import GaussianLikelihood, exact_gp
+
+
+def regression_problem(N=12, D=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(N, D, generator=g, dtype=torch.float64)
+    y = torch.sin(2 * X[:, 0]) + 0.3 * torch.randn(N, generator=g, dtype=torch.float64)
+    return X, y
+
+
+def conjugate_model(X, noise=0.3):
+    """Z = X, no latent noise, Gaussian likelihood, hyper-parameters fixed: the optimal q is the exact posterior
+    and the ELBO's maximum is the exact log marginal likelihood (Titsias 2009)."""
+    model = SparseGP(K.RBF(X.shape[1], 1, noise=None, lengthscale=0.9), GaussianLikelihood(noise), X.clone())
+    for p in model.parameters():
+        p.requires_grad_(False)
+    Kff = model.Kuu()[0]
+    Kj = Kff + 1e-8 * Kff.diagonal().mean() * torch.eye(len(X), dtype=X.dtype)      # the jitter chol_Kuu adds
+    return model, Kj
+
+
+def test_a_unit_natural_gradient_step_lands_on_the_exact_posterior_and_the_fit_stops_there():
+    # one natural-gradient step with γ = 1 on a conjugate problem is the exact optimum (Salimbeni et al. 2018):
+    # the fit loop takes it from the first backward pass, the objective is then stationary, and the stopping rule
+    # ends the fit after n_iter_no_change quiet checks, converged, at the exact log marginal likelihood
+    X, y = regression_problem()
+    model, Kj = conjugate_model(X)
+    _, _, lml = exact_gp(Kj, y, 0.3)
+    engine = VI(natgrad_lr=1.0)
+    state = engine.init(model, X, y, torch.Generator())
+    settings = TrainSettings(learning_rate=0.01, max_iter=100, tol=1e-9, n_iter_no_change=3)
+    state, hist = fit(model, engine, state, X, y, settings, generator=torch.Generator().manual_seed(0))
+    assert hist.converged
+    assert len(hist.iteration) == 1 + 1 + 3          # the prior's objective, then the optimum, then 3 quiet checks
+    # tolerance: the reference adds chol_Kuu's jitter (1e-8 × mean diagonal) to K explicitly, the model inside the
+    # factorisation; the two log marginal likelihoods differ by ~1e-7 (7e-9 relative), the optimum itself by far less
+    assert abs(hist.objective[-1] - lml.item()) < 1e-6
+    assert hist.objective[1] == pytest.approx(hist.objective[-1], abs=1e-9)
+
+
+def test_adam_reaches_the_same_optimum_and_stops_within_tol_of_it():
+    # without natural gradients Adam approaches the same maximum; the rule stops it once the objective per datum
+    # moves by at most tol per step, which on this problem is within 1e-3 (total) of the optimum
+    X, y = regression_problem()
+    model, Kj = conjugate_model(X)
+    _, _, lml = exact_gp(Kj, y, 0.3)
+    engine = VI()
+    state = engine.init(model, X, y, torch.Generator())
+    settings = TrainSettings(learning_rate=0.05, max_iter=5000, tol=1e-7, n_iter_no_change=10)
+    state, hist = fit(model, engine, state, X, y, settings, generator=torch.Generator().manual_seed(0))
+    assert hist.converged and len(hist.iteration) < 5000
+    assert hist.objective[-1] <= lml.item() + 1e-9        # a lower bound: never above the maximum
+    assert lml.item() - hist.objective[-1] < 1e-3
+
+
+def test_the_rule_counts_quiet_checks_and_minibatch_passes():
+    rule = Convergence(tol=0.1, patience=2, steps_per_check=1)
+    for v in (0.0, 1.0, 1.05, 1.1):               # a move of 1, then two moves of 0.05
+        rule.observe(v)
+    assert rule.met
+    rule = Convergence(tol=0.1, patience=2, steps_per_check=1)
+    for v in (0.0, 0.05, 0.5, 0.55):              # the move of 0.45 resets the count
+        rule.observe(v)
+    assert not rule.met and rule.count == 1
+    rule = Convergence(tol=0.1, patience=1, steps_per_check=3)
+    assert [rule.observe(v) for v in (0.0, 3.0, 0.0)] == [None, None, pytest.approx(1.0)]   # a pass's mean
+    rule.observe(1.0), rule.observe(1.0)
+    assert rule.observe(1.0) == pytest.approx(1.0) and rule.met
+
+
+@pytest.fixture(scope="module")
+def iris():
+    X, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def test_a_fit_stops_before_its_ceiling_and_says_it_converged(iris):
+    X, y = iris
+    est = GPClassifier(method="ep", n_inducing=10, max_iter=2000, tol=1e-3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est.fit(X, y)
+    assert est.converged_ and est.n_iter_ < 2000
+    assert est.score(X, y) > 0.9
+
+
+def test_a_fit_that_hits_max_iter_warns_and_says_so(iris):
+    X, y = iris
+    with pytest.warns(ConvergenceWarning, match=r"stopped after 3 iterations .* before it converged"):
+        est = GPClassifier(n_inducing=5, max_iter=3, random_state=0).fit(X, y)
+    assert not est.converged_ and est.n_iter_ == 3
+    with warnings.catch_warnings():                   # tol=None: run to the ceiling, no warning
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = GPClassifier(n_inducing=5, max_iter=3, tol=None, random_state=0).fit(X, y)
+    assert est.n_iter_ == 3 and not est.converged_
+
+
+def test_early_stopping_monitors_held_out_rows(iris):
+    X, y = iris
+    est = GPClassifier(n_inducing=8, max_iter=400, early_stopping=True, validation_fraction=0.2, tol=1e-3,
+                       n_iter_no_change=5, random_state=0).fit(X, y)
+    assert est.converged_ and est.n_iter_ < 400
+    assert est.history_["monitored"] and all(v["value"] <= 0 for v in est.history_["monitored"])   # log-likelihoods
+    # the held-out rows were not trained on: the model's inducing inputs came from 80% of the rows
+    with pytest.raises(ValueError, match="early_stopping holds out validation_fraction=0.5 of the 4 rows"):
+        GPClassifier(early_stopping=True, validation_fraction=0.5).fit(X[[0, 1, 50, 100]], y[[0, 1, 50, 100]])
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"tol": -1.0}, "tol must be"), ({"n_iter_no_change": 0}, "n_iter_no_change must be a positive integer"),
+    ({"validation_fraction": 1.0}, "validation_fraction must be"), ({"early_stopping": "yes"}, "early_stopping"),
+    ({"natgrad_lr": 0.0}, "natgrad_lr must be"), ({"method": "ep", "natgrad_lr": 0.1}, "natgrad_lr applies to"),
+])
+def test_stopping_and_natgrad_options_are_checked(iris, params, match):
+    X, y = iris
+    with pytest.raises(ValueError, match=match):
+        GPClassifier(**params).fit(X, y)
+
+
+def test_natural_gradients_fit_a_classifier_and_resume_exactly(iris, tmp_path):
+    X, y = iris
+    kw = dict(n_inducing=8, natgrad_lr=0.2, max_iter=20, tol=None, random_state=0)
+    full = GPClassifier(**kw).fit(X, y)
+    assert np.isfinite(full.history_["objective"]).all()
+    assert full.history_["objective"][-1] > full.history_["objective"][0]
+    ck = tmp_path / "ck.pt"
+    GPClassifier(**{**kw, "max_iter": 10}, checkpoint_path=str(ck), checkpoint_every=5).fit(X, y)
+    resumed = GPClassifier(**kw, checkpoint_path=str(ck), checkpoint_every=5).fit(X, y, resume=True)
+    np.testing.assert_array_equal(resumed.predict_proba(X), full.predict_proba(X))
