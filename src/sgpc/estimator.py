@@ -24,26 +24,17 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from . import stream
-from .likelihoods.additive import PREDICT_RULES
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
-from .registry import KERNELS, LIKELIHOODS, METHODS, make_engine, make_kernel, make_likelihood
-from .sep import LOG_Z_KINDS
+from .registry import METHODS, make_engine, make_kernel, make_likelihood
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
-from .train import COMPILE_MODES, TrainSettings, fit as fit_loop, record_engine_events, refresh
-from .validation import (check_choice, check_data_parallel_extractor, check_device, check_finite, check_flag,
-                         check_real, plain_value, unique_labels, validated)
+from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
+from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_finite, check_params,
+                         plain_value, unique_labels, validated)
 from .warm_start import architecture, match_rows, row_keys
 
 __all__ = ["GPClassifier", "ModelFileError"]
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
-_USER_LIKELIHOODS = tuple(k for k in LIKELIHOODS if k != "hinge")     # "hinge" is bsvm's own
-
-
-def _capable(flag: str) -> tuple[str, ...]:
-    """The methods whose engines declare capability ``flag``."""
-    return tuple(name for name, m in METHODS.items() if getattr(m.capabilities, flag))
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
@@ -195,78 +186,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return METHODS[self.method]
 
     def _check_options(self) -> None:
-        check_choice("method", self.method, tuple(METHODS))
-        check_choice("likelihood", self.likelihood, _USER_LIKELIHOODS)
-        check_choice("kernel", self.kernel, tuple(KERNELS))
-        check_choice("dtype", self.dtype, tuple(DTYPES))
-        check_choice("inducing_init", self.inducing_init, ("kmeans", "random"))
-        check_choice("sep_log_z", self.sep_log_z, LOG_Z_KINDS)
-        check_choice("compile", self.compile, COMPILE_MODES)
-        caps = self._method.capabilities
-        streamable = _capable("streamable")
-        if self.compile is not None and (not caps.streamable or self.batch_size is None
-                                         or self.feature_extractor is not None):
-            raise ValueError(f"compile={self.compile!r} applies to the minibatch steps of "
-                             f"{', '.join(map(repr, streamable))} without a feature extractor (set batch_size); "
-                             f"got method={self.method!r}, batch_size={self.batch_size!r}"
-                             f"{', a feature extractor' if self.feature_extractor is not None else ''}")
-        if caps.full_batch_only and self.batch_size is not None:
-            raise ValueError(f"method={self.method!r} runs EP to convergence on the whole data set: use batch_size=None")
-        if self.method in ("rmgpc", "smgpc"):           # the options of the outlier model
-            if self.learn_epsilon:
-                raise ValueError(f"method={self.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
-            for name in ("outlier_prior_a", "outlier_prior_b"):      # the Beta prior of ρ
-                check_real(name, getattr(self, name), low=0.0)
-        check_device(self.device)
-        for name in ("learn_inducing", "shared_inducing", "shared_kernel", "learn_epsilon", "learn_delta", "warm_start"):
-            check_flag(name, getattr(self, name))
-        check_real("latent_noise", self.latent_noise, low=0.0, low_closed=True, none="no noise term")
-        check_real("alpha", self.alpha, low=0.0, high=1.0)
-        check_real("damping", self.damping, low=0.0, high=1.0)
-        check_real("epsilon", self.epsilon, low=0.0, high=1.0, high_closed=False)
-        check_real("learning_rate", self.learning_rate, low=0.0)
-        check_real("lr_decay", self.lr_decay, low=0.0, high=1.0)
-        check_real("tol", self.tol, low=0.0, low_closed=True, none="run to max_iter")
-        if isinstance(self.n_iter_no_change, (bool, np.bool_)) or not isinstance(self.n_iter_no_change,
-                                                                                (int, np.integer)) \
-                or self.n_iter_no_change < 1:
-            raise ValueError(f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}")
-        check_flag("early_stopping", self.early_stopping)
-        check_real("validation_fraction", self.validation_fraction, low=0.0, high=1.0, high_closed=False)
-        check_real("natgrad_lr", self.natgrad_lr, low=0.0, none="q(u) on the optimiser")
-        if self.natgrad_lr is not None and not (caps.free_gaussian and self.optimizer != "lbfgs"):
-            raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
-                             f"({', '.join(map(repr, _capable('free_gaussian')))}) with optimizer='adam' or "
-                             f"'adaptive'; got method={self.method!r}, optimizer={self.optimizer!r}")
-        if not (isinstance(self.n_inducing, (int, np.integer)) and not isinstance(self.n_inducing, (bool, np.bool_))
-                and self.n_inducing >= 1):
-            raise ValueError(f"n_inducing must be a positive integer, got {self.n_inducing!r}")
-        if self.feature_extractor is not None and not isinstance(self.feature_extractor, torch.nn.Module):
-            raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(self.feature_extractor).__name__}")
-        if self.feature_extractor is not None and not caps.free_gaussian:
-            raise ValueError(f"feature_extractor needs a free-Gaussian method "
-                             f"({', '.join(map(repr, _capable('free_gaussian')))}), got method={self.method!r}")
-        self._check_likelihood_options()
-
-    def _check_likelihood_options(self) -> None:
-        method = self._method
-        binary = self.likelihood in method.binary_likelihoods
-        if self.likelihood not in method.likelihoods and not binary:
-            ep_binary = tuple(m for m, e in METHODS.items() if self.likelihood in e.binary_likelihoods)
-            raise ValueError(f"likelihood={self.likelihood!r} works with method='vi'"
-                             f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
-                             f"got method={self.method!r} (EP-family methods use likelihood='robustmax')")
-        if self.noise_variance is not None:
-            if self.likelihood not in ("step", "probit", "logit"):
-                raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
-                                 f"not {self.likelihood!r}")
-            check_real("noise_variance", self.noise_variance, low=0.0, low_closed=True)
-        check_real("delta", self.delta, low=0.0, high=1.0, high_closed=False)
-        if not (isinstance(self.n_samples_predict, (int, np.integer)) and self.n_samples_predict >= 1):
-            raise ValueError(f"n_samples_predict must be a positive integer, got {self.n_samples_predict!r}")
-        check_choice("softmax_predict", self.softmax_predict, PREDICT_RULES)
-        check_real("init_lengthscale", self.init_lengthscale, low=0.0, none="from the features' spread")
-        check_real("init_variance", self.init_variance, low=0.0)
+        check_params(self)
 
     def _torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
@@ -434,7 +354,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if comm is not None and comm.world_size > 1:
             check_data_parallel_extractor(getattr(self, "feature_extractor", None))
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
-            return self._fit_stream(self._as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
+            return self._fit_stream(stream.as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm)
         if y is None:
             raise ValueError("requires y to be passed, but the target y is None")
         X, y = validated(self, X, y, reset=True)
@@ -536,28 +456,6 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                           f"{self.n_iter_no_change} checks; raise max_iter (or n_epochs) or learning_rate, or set tol",
                           ConvergenceWarning, stacklevel=4)
 
-    @staticmethod
-    def _as_source(X, y=None, *, labelled: bool = True):
-        """A ``stream`` source from a source, a .parquet path or a .npy path (see ``fit``)."""
-        if stream.is_source(X):
-            if y is not None:
-                raise ValueError("a stream source carries its labels: pass y=None")
-            return X
-        path = os.fspath(X)
-        if path.endswith((".parquet", ".pq")):
-            if y is None and labelled:
-                import pyarrow.parquet as pq
-                y = pq.ParquetFile(path).schema_arrow.names[-1]
-            if y is not None and not isinstance(y, str):
-                raise ValueError(f"for a Parquet file, y is the label column's name, got {type(y).__name__}")
-            return stream.ParquetSource(path, target=y)
-        if path.endswith(".npy"):
-            if y is None and labelled:
-                raise ValueError(f"{path}: pass the labels as y (a .npy path or an array)")
-            return stream.NpySource(path, y)
-        raise ValueError(f"{path}: streaming reads .parquet/.pq and .npy files; load other formats with "
-                         "sgpc.datasets.load_file")
-
     def _fit_stream(self, source, *, X_val=None, y_val=None, resume: bool = False, comm=None):
         """Fit from a source without loading it (streamable methods, minibatches only).
 
@@ -573,7 +471,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             why = "keeps per-point state and needs the data in memory" if caps.per_row_state or \
                 caps.full_batch_only else "is not implemented for streaming"
             raise ValueError(f"method={self.method!r} {why}; streaming supports "
-                             f"{', '.join(map(repr, _capable('streamable')))}")
+                             f"{', '.join(map(repr, capable('streamable')))}")
         if self.batch_size is None:
             raise ValueError("streaming from a file or source needs minibatches: set batch_size")
         if self.early_stopping:
@@ -634,7 +532,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "posterior_")
         if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
             # streamed: one block of rows at a time; memory is the output [N,K] plus one block
-            source = self._as_source(X, labelled=False)
+            source = stream.as_source(X, labelled=False)
             if source.n_features != self.n_features_in_:
                 raise ValueError(f"the source has {source.n_features} feature columns, the model {self.n_features_in_}; "
                                  "for a file with a label column pass stream.ParquetSource(path, target=...)")

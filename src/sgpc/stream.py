@@ -443,3 +443,25 @@ def write_parquet(path: str | os.PathLike, chunks, names: list[str], target: str
     if writer is None:
         raise ValueError("no rows to write")
     return n
+
+
+def as_source(X, y=None, *, labelled: bool = True):
+    """A ``stream`` source from a source, a .parquet path or a .npy path (see ``fit``)."""
+    if is_source(X):
+        if y is not None:
+            raise ValueError("a stream source carries its labels: pass y=None")
+        return X
+    path = os.fspath(X)
+    if path.endswith((".parquet", ".pq")):
+        if y is None and labelled:
+            import pyarrow.parquet as pq
+            y = pq.ParquetFile(path).schema_arrow.names[-1]
+        if y is not None and not isinstance(y, str):
+            raise ValueError(f"for a Parquet file, y is the label column's name, got {type(y).__name__}")
+        return ParquetSource(path, target=y)
+    if path.endswith(".npy"):
+        if y is None and labelled:
+            raise ValueError(f"{path}: pass the labels as y (a .npy path or an array)")
+        return NpySource(path, y)
+    raise ValueError(f"{path}: streaming reads .parquet/.pq and .npy files; load other formats with "
+                     "sgpc.datasets.load_file")

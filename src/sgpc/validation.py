@@ -11,8 +11,17 @@ import numpy as np
 import torch
 from sklearn.utils.validation import validate_data
 
-__all__ = ["check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
+from .likelihoods.additive import PREDICT_RULES
+from .registry import KERNELS, LIKELIHOODS, METHODS
+from .sep import LOG_Z_KINDS
+from .train import COMPILE_MODES
+
+__all__ = ["check_params", "capable", "DTYPES", "check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
            "validated", "check_data_parallel_extractor"]
+
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+USER_LIKELIHOODS = tuple(k for k in LIKELIHOODS if k != "hinge")     # "hinge" is bsvm's own
 
 
 def check_choice(kind: str, value, valid) -> None:
@@ -149,3 +158,86 @@ def check_data_parallel_extractor(extractor) -> None:
         raise ValueError(f"data-parallel training cannot reproduce the single-process fit with {', '.join(bad)} in "
                          "the feature_extractor (each process would use its own shard's batch statistics or dropout "
                          "masks): fit such a model in one process")
+
+
+def capable(flag: str) -> tuple[str, ...]:
+    """The methods whose declared capabilities include ``flag``."""
+    return tuple(name for name, m in METHODS.items() if getattr(m.capabilities, flag))
+
+
+def check_params(est) -> None:
+    """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it."""
+    check_choice("method", est.method, tuple(METHODS))
+    check_choice("likelihood", est.likelihood, USER_LIKELIHOODS)
+    check_choice("kernel", est.kernel, tuple(KERNELS))
+    check_choice("dtype", est.dtype, tuple(DTYPES))
+    check_choice("inducing_init", est.inducing_init, ("kmeans", "random"))
+    check_choice("sep_log_z", est.sep_log_z, LOG_Z_KINDS)
+    check_choice("compile", est.compile, COMPILE_MODES)
+    caps = METHODS[est.method].capabilities
+    streamable = capable("streamable")
+    if est.compile is not None and (not caps.streamable or est.batch_size is None
+                                     or est.feature_extractor is not None):
+        raise ValueError(f"compile={est.compile!r} applies to the minibatch steps of "
+                         f"{', '.join(map(repr, streamable))} without a feature extractor (set batch_size); "
+                         f"got method={est.method!r}, batch_size={est.batch_size!r}"
+                         f"{', a feature extractor' if est.feature_extractor is not None else ''}")
+    if caps.full_batch_only and est.batch_size is not None:
+        raise ValueError(f"method={est.method!r} runs EP to convergence on the whole data set: use batch_size=None")
+    if est.method in ("rmgpc", "smgpc"):           # the options of the outlier model
+        if est.learn_epsilon:
+            raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
+        for name in ("outlier_prior_a", "outlier_prior_b"):      # the Beta prior of ρ
+            check_real(name, getattr(est, name), low=0.0)
+    check_device(est.device)
+    for name in ("learn_inducing", "shared_inducing", "shared_kernel", "learn_epsilon", "learn_delta", "warm_start"):
+        check_flag(name, getattr(est, name))
+    check_real("latent_noise", est.latent_noise, low=0.0, low_closed=True, none="no noise term")
+    check_real("alpha", est.alpha, low=0.0, high=1.0)
+    check_real("damping", est.damping, low=0.0, high=1.0)
+    check_real("epsilon", est.epsilon, low=0.0, high=1.0, high_closed=False)
+    check_real("learning_rate", est.learning_rate, low=0.0)
+    check_real("lr_decay", est.lr_decay, low=0.0, high=1.0)
+    check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
+    if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
+                                                                            (int, np.integer)) \
+            or est.n_iter_no_change < 1:
+        raise ValueError(f"n_iter_no_change must be a positive integer, got {est.n_iter_no_change!r}")
+    check_flag("early_stopping", est.early_stopping)
+    check_real("validation_fraction", est.validation_fraction, low=0.0, high=1.0, high_closed=False)
+    check_real("natgrad_lr", est.natgrad_lr, low=0.0, none="q(u) on the optimiser")
+    if est.natgrad_lr is not None and not (caps.free_gaussian and est.optimizer != "lbfgs"):
+        raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
+                         f"({', '.join(map(repr, capable('free_gaussian')))}) with optimizer='adam' or "
+                         f"'adaptive'; got method={est.method!r}, optimizer={est.optimizer!r}")
+    if not (isinstance(est.n_inducing, (int, np.integer)) and not isinstance(est.n_inducing, (bool, np.bool_))
+            and est.n_inducing >= 1):
+        raise ValueError(f"n_inducing must be a positive integer, got {est.n_inducing!r}")
+    if est.feature_extractor is not None and not isinstance(est.feature_extractor, torch.nn.Module):
+        raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(est.feature_extractor).__name__}")
+    if est.feature_extractor is not None and not caps.free_gaussian:
+        raise ValueError(f"feature_extractor needs a free-Gaussian method "
+                         f"({', '.join(map(repr, capable('free_gaussian')))}), got method={est.method!r}")
+    _check_likelihood_params(est)
+
+
+def _check_likelihood_params(est) -> None:
+    """The likelihood's parameters and the method's rule for which likelihoods it accepts."""
+    method = METHODS[est.method]
+    binary = est.likelihood in method.binary_likelihoods
+    if est.likelihood not in method.likelihoods and not binary:
+        ep_binary = tuple(m for m, e in METHODS.items() if est.likelihood in e.binary_likelihoods)
+        raise ValueError(f"likelihood={est.likelihood!r} works with method='vi'"
+                         f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
+                         f"got method={est.method!r} (EP-family methods use likelihood='robustmax')")
+    if est.noise_variance is not None:
+        if est.likelihood not in ("step", "probit", "logit"):
+            raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
+                             f"not {est.likelihood!r}")
+        check_real("noise_variance", est.noise_variance, low=0.0, low_closed=True)
+    check_real("delta", est.delta, low=0.0, high=1.0, high_closed=False)
+    if not (isinstance(est.n_samples_predict, (int, np.integer)) and est.n_samples_predict >= 1):
+        raise ValueError(f"n_samples_predict must be a positive integer, got {est.n_samples_predict!r}")
+    check_choice("softmax_predict", est.softmax_predict, PREDICT_RULES)
+    check_real("init_lengthscale", est.init_lengthscale, low=0.0, none="from the features' spread")
+    check_real("init_variance", est.init_variance, low=0.0)
