@@ -452,7 +452,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         if self.tol is not None and not self.converged_:
             what = "held-out log-likelihood" if self.early_stopping else "objective"
             warnings.warn(f"{self.method} stopped after {self.n_iter_} iterations (max_iter / n_epochs) before it "
-                          f"converged: its {what} still improved by more than tol={self.tol:g} within the last "
+                          f"converged: its {what} still {'improved' if self.early_stopping else 'moved'} by more than tol={self.tol:g} (per datum) within the last "
                           f"{self.n_iter_no_change} checks; raise max_iter (or n_epochs) or learning_rate, or set tol",
                           ConvergenceWarning, stacklevel=4)
 
