@@ -455,7 +455,7 @@ def test_binary_ep_family_uses_one_latent_function_with_probit_sites(method, lik
     assert np.isfinite(obj).all() and obj[-1] > obj[first]
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("alpha", [1.0, pytest.param(0.5, marks=pytest.mark.slow)])   # α = 0.5: ~21 s, test-slow
 def test_binary_probit_ep_gradient_at_convergence_matches_finite_differences(alpha):
     # the Power-EP energy with binary probit sites: its hyper-parameter gradient (eq. 62 / alpha A.28-A.30,
     # δ included) against central differences with EP re-run to convergence; 1e-4 relative is the FD error

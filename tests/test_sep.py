@@ -123,6 +123,7 @@ def _fd_and_autograd(sep, model, X, y, checks, h=1e-5):
     return grad, torch.tensor(fd)
 
 
+@pytest.mark.slow   # ~28 s on the 2 cores: `make test-slow`
 def test_local_log_z_gradient_follows_the_converged_objective():
     # SEP's fixed point is not stationary for its log Z_q estimate, so eq. (62) is not exact for SEP;
     # with local sites it still points where central differences of the converged estimate do (measured

@@ -198,7 +198,7 @@ class Kernel(nn.Module):
         it removes a common offset: in float32, inputs offset by 1000 gave RBF values off by 0.63), and a
         float32 model expands in float64 (at coincident points float32 left d² ≈ 1e-7·‖x‖²/ℓ², which
         Matérn-½ turns into a kernel off by 0.022 at ℓ = 0.1); the result is cast back
-        (benchmarks/kernel_float32.py).
+        (docs/design-notes.md, "Kernels").
         """
         self._check(X1)
         self._check(X2)
@@ -239,9 +239,8 @@ class Kernel(nn.Module):
     def _narrow_rounds(self, n1: torch.Tensor, n2: torch.Tensor) -> bool:
         """Whether centred inputs of a narrow dtype, with scaled squared norms ``n1``, ``n2`` (the
         expansion's own), must be expanded in ``wide_dtype`` to keep d²'s rounding below
-        ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel (MNIST-shaped, per-latent
-        Z [10,200,784], a batch of 200: K_uu and K_uf with gradients took 116 ms instead of 54;
-        `benchmarks/kernel_float32.py --time`, results/kernel_float32.json).
+        ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel at MNIST scale
+        (docs/design-notes.md, "Kernels").
         Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
