@@ -381,11 +381,12 @@ def test_estimator_fits_binary_and_multiclass(C_, lik, capsys):
 
 def test_estimator_noise_variance_and_fixed_delta():
     X, y = blobs(2)
-    est = GPClassifier(likelihood="probit", noise_variance=0.0, learn_delta=False, delta=0.01, n_inducing=8,
+    est = GPClassifier(likelihood="probit", likelihood_params=dict(noise_variance=0.0, learn_delta=False, delta=0.01),
+                       n_inducing=8,
                        max_iter=40, random_state=0).fit(X, y)
     assert est.model_.likelihood.noise_variance == 0.0
     assert float(est.model_.likelihood.delta) == pytest.approx(0.01)
-    est2 = GPClassifier(likelihood="step", delta=0.01, n_inducing=8, max_iter=40, random_state=0).fit(X, y)
+    est2 = GPClassifier(likelihood="step", likelihood_params={"delta": 0.01}, n_inducing=8, max_iter=40, random_state=0).fit(X, y)
     assert float(est2.model_.likelihood.delta.detach()) != pytest.approx(0.01)     # δ learned by default
 
 
@@ -393,13 +394,15 @@ def test_estimator_noise_variance_and_fixed_delta():
     (dict(likelihood="probit", method="ep"), "binary model"),          # 3 classes: probit sites are binary
     (dict(likelihood="softmax", method="ep"), "vi"),
     (dict(likelihood="softmax", method="arpep"), "vi"),
-    (dict(likelihood="softmax", noise_variance=1.0), "noise_variance"),
-    (dict(likelihood="robustmax", noise_variance=1.0), "noise_variance"),
-    (dict(likelihood="logit", noise_variance=-1.0), "noise_variance"),
-    (dict(likelihood="step", delta=0.0), "delta"),
-    (dict(likelihood="softmax", n_samples_predict=0), "n_samples_predict"),
-    (dict(likelihood="softmax", softmax_predict="exact"), "softmax_predict"),
-    (dict(init_lengthscale=-1.0), "init_lengthscale"),
+    (dict(likelihood="softmax", likelihood_params={"noise_variance": 1.0}),
+     "unknown likelihood_params key 'noise_variance' for likelihood='softmax'; valid: 'n_samples_predict'"),
+    (dict(likelihood="robustmax", likelihood_params={"noise_variance": 1.0}),
+     "unknown likelihood_params key 'noise_variance' for likelihood='robustmax'; valid: 'epsilon', 'learn_epsilon'"),
+    (dict(likelihood="logit", likelihood_params={"noise_variance": -1.0}), "noise_variance must be"),
+    (dict(likelihood="step", likelihood_params={"delta": 0.0}), "delta must be"),
+    (dict(likelihood="softmax", likelihood_params={"n_samples_predict": 0}), "n_samples_predict must be"),
+    (dict(likelihood="softmax", likelihood_params={"softmax_predict": "exact"}), "softmax_predict"),
+    (dict(kernel_params={"init_lengthscale": -1.0}), "init_lengthscale must be"),
 ])
 def test_estimator_rejects_bad_combinations(kw, match):
     X, y = blobs(3, N=30)
@@ -418,7 +421,8 @@ def test_estimator_robustmax_binary_keeps_two_latent_functions():
 def test_estimator_save_load(tmp_path, C_, lik, kernel):
     X, y = blobs(C_, N=60)
     est = GPClassifier(likelihood=lik, kernel=kernel, n_inducing=6, max_iter=30, random_state=0,
-                       init_lengthscale=0.3, init_variance=5.0, noise_variance=None).fit(X, y)
+                       kernel_params=dict(init_lengthscale=0.3, init_variance=5.0),
+                       likelihood_params=dict(noise_variance=None) if lik != "softmax" else None).fit(X, y)
     path = tmp_path / "m.pt"
     est.save(path)
     back = GPClassifier.load(path)
@@ -429,7 +433,7 @@ def test_estimator_save_load(tmp_path, C_, lik, kernel):
 def test_estimator_initial_kernel_values():
     X, y = blobs(3, N=40)
     est = GPClassifier(likelihood="probit", kernel="matern52+rbf", n_inducing=5, max_iter=0,
-                       init_lengthscale=0.2, init_variance=5.0, random_state=0).fit(X, y)
+                       kernel_params=dict(init_lengthscale=0.2, init_variance=5.0), random_state=0).fit(X, y)
     k = est.model_.kernel
     torch.testing.assert_close(k.first.lengthscale, torch.full((3, 2), 0.2))
     torch.testing.assert_close(k.second.lengthscale, torch.full((3, 2), 2.0))
@@ -441,7 +445,8 @@ def test_estimator_initial_kernel_values():
                                                  ("pep", "logit", 0.1)])
 def test_binary_ep_family_uses_one_latent_function_with_probit_sites(method, lik, alpha):
     X, y = blobs(2, N=80)
-    est = GPClassifier(method=method, likelihood=lik, alpha=alpha, n_inducing=8, max_iter=40, optimizer="adaptive",
+    est = GPClassifier(method=method, likelihood=lik, method_params={"alpha": alpha} if method == "pep" else None,
+                       n_inducing=8, max_iter=40, optimizer="adaptive",
                        learning_rate=0.05, random_state=0).fit(X, y)
     assert est.model_.n_latent == 1 and isinstance(est.model_.likelihood, AD.BinaryAdditiveGaussian)
     assert est._make_engine().factor == "likelihood"

@@ -385,7 +385,7 @@ def test_power_ep_at_small_alpha_does_not_run_away_on_mnist(seed):
         Xtr, Xte, ytr, yte = train_test("mnist", seed=0)
     except DataNotFoundError as err:
         pytest.skip(f"shared data sets not available: {err}")
-    est = GPClassifier(method="pep", alpha=1e-3, n_inducing=50, batch_size=200, max_iter=50, learning_rate=1e-9,
+    est = GPClassifier(method="pep", method_params={"alpha": 1e-3}, n_inducing=50, batch_size=200, max_iter=50, learning_rate=1e-9,
                        random_state=seed, dtype="float64").fit(Xtr[:5000], ytr[:5000])
     p = est.predict_proba(Xte[:2000])
     nll = -np.mean(np.log(p[np.arange(2000), np.searchsorted(est.classes_, yte[:2000])]))

@@ -62,11 +62,13 @@ def test_bad_input_errors(iris):
 
 @pytest.mark.parametrize("param,value,valid", [("method", "magic", "'vi'"), ("likelihood", "cauchy", "'robustmax'"),
                                                ("kernel", "periodic", "'rbf'"), ("dtype", "float16", "'float64'"),
-                                               ("optimizer", "sgd", "adam"), ("sep_log_z", "exact", "'local'")])
+                                               ("optimizer", "sgd", "adam"),
+                                               ("method_params", {"sep_log_z": "exact"}, "'local'")])
 def test_unknown_names_list_the_valid_ones(iris, param, value, valid):
     X, y = iris
+    extra = {"method": "sep"} if param == "method_params" else {}
     with pytest.raises(ValueError, match=f"valid: .*{valid}"):
-        GPClassifier(**{**FAST, param: value}).fit(X, y)
+        GPClassifier(**{**FAST, **extra, param: value}).fit(X, y)
 
 
 def test_too_many_inducing_points_are_clamped_with_a_warning(iris):
@@ -117,10 +119,14 @@ def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
     assert back.n_inducing == 10 and type(back.n_inducing) is int and back.checkpoint_path == str(tmp_path / "ck.pt")
     # every number option takes numpy scalars (init_variance=np.int64(2) and noise_variance, delta,
-    # init_lengthscale as np.float32 were refused)
-    GPClassifier(**{**FAST, "max_iter": 2}, init_variance=np.int64(2), init_lengthscale=np.float32(1.0)).fit(X, y)
-    GPClassifier(**{**FAST, "max_iter": 2}, likelihood="probit", noise_variance=np.int64(1),
-                 delta=np.float32(0.01)).fit(X, y)
+    # init_lengthscale as np.float32 were refused), and a model file holds them as plain numbers
+    GPClassifier(**{**FAST, "max_iter": 2},
+                 kernel_params=dict(init_variance=np.int64(2), init_lengthscale=np.float32(1.0))).fit(X, y)
+    numpy_options = GPClassifier(**{**FAST, "max_iter": 2}, likelihood="probit",
+                                 likelihood_params=dict(noise_variance=np.int64(1), delta=np.float32(0.01))).fit(X, y)
+    numpy_options.save(tmp_path / "np.pt")
+    saved = GPClassifier.load(tmp_path / "np.pt").likelihood_params
+    assert saved == {"noise_variance": 1, "delta": pytest.approx(0.01)} and type(saved["noise_variance"]) is int
     clf.set_params(random_state=np.random.RandomState(0), max_iter=2).fit(X, y)
     with pytest.raises(TypeError, match="random_state=RandomState.*integer random_state"):
         clf.save(tmp_path / "r.pt")
@@ -305,7 +311,8 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
             GPClassifier(**FAST).fit(X, y, X_val=X[:30], y_val=y_val)
     for kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"), (dict(max_iter=2.5), "max_iter must be an integer"),
                     (dict(checkpoint_every=-3), "checkpoint_every must be >= 0"),
-                    (dict(latent_noise=-1.0), r"latent_noise must be a finite number in \[0, ∞\) or None"),
+                    (dict(kernel_params={"latent_noise": -1.0}),
+                     r"latent_noise must be a finite number in \[0, ∞\) or None"),
                     (dict(device="bogus"), "unknown device 'bogus'")):
         with pytest.raises(ValueError, match=msg):
             GPClassifier(**{**FAST, **kw}).fit(X, y)
@@ -390,15 +397,22 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(learn_inducing="False"), "learn_inducing must be True or False"),      # the text switched it on
-    (dict(shared_kernel="no"), "shared_kernel must be True or False"),
+    (dict(kernel_params={"shared_kernel": "no"}), "shared_kernel must be True or False"),
     (dict(n_inducing=True), "n_inducing must be a positive integer"),
-    (dict(latent_noise=True), r"latent_noise must be a finite number"),
+    (dict(kernel_params={"latent_noise": True}), r"latent_noise must be a finite number"),
     (dict(learning_rate=float("inf")), r"learning_rate must be a finite number in \(0, ∞\)"),   # fit ended at the prior
-    (dict(init_lengthscale=float("inf")), "init_lengthscale must be a finite number"),
-    (dict(init_variance=float("inf")), "init_variance must be a finite number"),
-    (dict(alpha="0.5", method="pep"), r"alpha must be a finite number in \(0, 1\]"),   # a bare TypeError from '<'
-    (dict(epsilon=None), r"epsilon must be a finite number in \(0, 1\)"),
-    (dict(damping=0.0), r"damping must be a finite number in \(0, 1\]"),
+    (dict(kernel_params={"init_lengthscale": float("inf")}), "init_lengthscale must be a finite number"),
+    (dict(kernel_params={"init_variance": float("inf")}), "init_variance must be a finite number"),
+    (dict(method_params={"alpha": "0.5"}, method="pep"), r"alpha must be a finite number in \(0, 1\]"),   # a bare TypeError from '<'
+    (dict(likelihood_params={"epsilon": None}), r"epsilon must be a finite number in \(0, 1\)"),
+    (dict(method_params={"damping": 0.0}, method="ep"), r"damping must be a finite number in \(0, 1\]"),
+    (dict(method_params=[("alpha", 0.3)], method="pep"), "method_params must be a dict of options or None, got list"),
+    (dict(method_params={"alph": 0.3}, method="pep"),
+     r"unknown method_params key 'alph' for method='pep'; valid: 'alpha', 'damping'"),
+    (dict(likelihood_params={"epsilon": 0.1}, method="bsvm"),
+     r"unknown likelihood_params key 'epsilon' for likelihood='hinge' \(method='bsvm' always uses it\); valid: none"),
+    (dict(kernel_params={"lengthscale": 1.0}), r"unknown kernel_params key 'lengthscale' for kernel='rbf'; valid: "
+                                               "'latent_noise', 'init_lengthscale', 'init_variance', 'shared_kernel'"),
     (dict(lr_decay="0.9"), r"lr_decay must be a finite number in \(0, 1\]"),
 ])
 def test_options_of_the_wrong_type_or_not_finite_are_refused(iris, kw, msg):

@@ -18,7 +18,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import sgpc
 from sgpc import GPClassifier, stream
 from sgpc.engine import Engine, EngineProtocol
-from sgpc.registry import KERNELS, LIKELIHOODS, METHODS, make_engine, method_table
+from sgpc import persist, validation
+from sgpc.registry import (KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS, METHODS,
+                           make_engine, make_kernel, method_table, resolve)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -111,7 +113,7 @@ def test_feature_extractor_follows_the_declared_capability(iris, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_engine_implements_the_protocol(method):
     params = GPClassifier(method=method).get_params(deep=False)
-    engine = make_engine(params)
+    engine = make_engine(resolve(params))
     assert isinstance(engine, Engine) and isinstance(engine, EngineProtocol)
     caps = METHODS[method].capabilities
     if caps.increment:       # the additive update is overridden, not the base's NotImplementedError
@@ -158,3 +160,143 @@ def test_likelihood_and_kernel_names_build(iris):
         GPClassifier(likelihood=name, n_inducing=4, max_iter=1, random_state=0).fit(X, y)
     for name in KERNELS:
         GPClassifier(kernel=name, n_inducing=4, max_iter=1, random_state=0).fit(X, y)
+
+
+# -- options: method_params, likelihood_params, kernel_params ---------------------------------------------------
+class _Recorder(dict):
+    """One entry's resolved options that record which keys a factory reads (an undeclared key: KeyError)."""
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_guard_a_method_reads_every_option_it_declares_and_no_other(method):
+    entry, read = METHODS[method], set()
+    for likelihood in entry.likelihoods + entry.binary_likelihoods:     # the settings may depend on the likelihood
+        params = resolve(GPClassifier(method=method, likelihood=likelihood).get_params(deep=False))
+        params["method_params"] = _Recorder(entry.options)
+        make_engine(params)
+        read |= params["method_params"].read
+    assert read == set(entry.options)
+    assert set(entry.options) <= set(METHOD_OPTIONS)
+
+
+@pytest.mark.parametrize("name", LIKELIHOODS)
+def test_guard_a_likelihood_reads_every_option_it_declares_and_no_other(name):
+    entry, read = LIKELIHOODS[name], set()
+    for C in (2, 3):                       # some options only matter for more than two classes (softmax sampling)
+        options = _Recorder(entry.options)
+        entry.make(C, options)
+        read |= options.read
+    assert read == set(entry.options)
+    assert set(entry.options) <= set(LIKELIHOOD_OPTIONS)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_guard_a_kernel_reads_every_kernel_option_and_no_other(kernel):
+    params = resolve(GPClassifier(kernel=kernel).get_params(deep=False))
+    params["kernel_params"] = _Recorder(KERNEL_OPTIONS)
+    make_kernel(params, 2, 3, None, torch.float64)
+    assert params["kernel_params"].read == set(KERNEL_OPTIONS)
+
+
+def test_guard_every_option_is_used_and_has_a_value_check():
+    # an option in a table that no entry takes is dead; one without a check reaches the engine unchecked
+    assert set().union(*(m.options for m in METHODS.values())) == set(METHOD_OPTIONS)
+    assert set().union(*(e.options for e in LIKELIHOODS.values())) == set(LIKELIHOOD_OPTIONS)
+    assert set(validation._OPTION_CHECKS) == set(METHOD_OPTIONS) | set(LIKELIHOOD_OPTIONS) | set(KERNEL_OPTIONS)
+
+
+def test_option_defaults_are_the_documented_ones():
+    # the defaults are part of the API: a changed one changes every fit that relies on it
+    assert METHOD_OPTIONS == {"alpha": 0.5, "damping": 0.5, "sep_log_z": "local", "outlier_prior_a": 1.0,
+                              "outlier_prior_b": 9.0, "natgrad_lr": None}
+    assert LIKELIHOOD_OPTIONS == {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
+                                  "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
+    assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
+                              "shared_kernel": False}
+
+
+def test_resolve_merges_the_dicts_over_the_declared_defaults():
+    params = GPClassifier(method="pep", likelihood="probit", method_params={"alpha": 0.3},
+                          likelihood_params={"learn_delta": False}, kernel_params={"init_variance": 2.0}).get_params()
+    resolved = resolve(params)
+    assert resolved["method_params"] == {"alpha": 0.3, "damping": 0.5}
+    assert resolved["likelihood_params"] == {"noise_variance": None, "delta": 1e-3, "learn_delta": False}
+    assert resolved["kernel_params"] == {**KERNEL_OPTIONS, "init_variance": 2.0}
+    assert params["method_params"] == {"alpha": 0.3}                  # the estimator's dicts are not modified
+    assert resolve(GPClassifier(method="bsvm").get_params())["likelihood_params"] == {}    # the hinge takes none
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(method="vi", method_params={"alpha": 0.3}), r"unknown method_params key 'alpha' for method='vi'; valid: "
+                                                      r"'natgrad_lr'"),
+    (dict(method="sep", method_params={"sep_log_z": "exact"}), r"unknown sep_log_z 'exact'; valid: 'local', 'tied'"),
+    (dict(likelihood="softmax", likelihood_params={"epsilon": 0.1}),
+     r"unknown likelihood_params key 'epsilon' for likelihood='softmax'; valid: 'n_samples_predict', 'softmax_predict'"),
+    (dict(likelihood_params={"epsilon": 1.5}), r"epsilon must be a finite number in \(0, 1\)"),
+    (dict(kernel_params="rbf"), "kernel_params must be a dict of options or None, got str"),
+    (dict(method="rmgpc", method_params={"damping": 0.5, "outlier_prior_b": 0.0}), "outlier_prior_b must be"),
+])
+def test_unknown_option_keys_and_bad_values_are_refused(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        validation.check_params(GPClassifier(**kw))
+
+
+def test_option_dicts_follow_get_params_set_params_and_clone(iris):
+    from sklearn.base import clone
+    from sklearn.utils.estimator_checks import (check_dont_overwrite_parameters, check_estimators_overwrite_params,
+                                                check_get_params_invariance, check_set_params)
+    est = GPClassifier(method="pep", method_params={"alpha": 0.3}, likelihood_params={"epsilon": 0.01},
+                       kernel_params={"latent_noise": None}, n_inducing=5, max_iter=3, random_state=0)
+    copy = clone(est)
+    assert copy.get_params()["method_params"] == {"alpha": 0.3}
+    assert copy.method_params is not est.method_params                 # clone copies the dicts
+    copy.set_params(method_params={"alpha": 1.0, "damping": 0.3})
+    assert copy._make_engine().alpha == 1.0 and copy._make_engine().damping == 0.3 and est._make_engine().alpha == 0.3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for check in (check_dont_overwrite_parameters, check_estimators_overwrite_params,
+                      check_get_params_invariance, check_set_params):
+            check("GPClassifier", clone(est))
+
+
+def _old_format_params(params: dict) -> dict:
+    """A model file's parameters as files written before the option dicts held them: every option flat."""
+    old = {k: v for k, v in params.items() if k not in ("method_params", "likelihood_params", "kernel_params")}
+    old.update({**METHOD_OPTIONS, **LIKELIHOOD_OPTIONS, **KERNEL_OPTIONS})
+    for group in ("method_params", "likelihood_params", "kernel_params"):
+        old.update(params[group] or {})
+    return old
+
+
+@pytest.mark.parametrize("kw", [dict(method="pep", method_params={"alpha": 0.3}, kernel_params={"init_variance": 2.0}),
+                                dict(method="vi", likelihood="probit", likelihood_params={"learn_delta": False}),
+                                dict(method="bsvm")])
+def test_a_model_file_with_the_old_flat_parameters_loads(iris, tmp_path, kw):
+    X, y = iris
+    est = GPClassifier(**kw, n_inducing=5, max_iter=3, tol=None, random_state=0).fit(X, y)
+    est.save(tmp_path / "new.pt")
+    payload = persist.load_model(tmp_path / "new.pt")
+    for key in ("format", "version"):
+        payload.pop(key)
+    payload["params"] = _old_format_params(payload["params"])
+    assert "alpha" in payload["params"] and "method_params" not in payload["params"]
+    persist.save_model(tmp_path / "old.pt", payload)     # what save wrote before the option dicts
+    back = GPClassifier.load(tmp_path / "old.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    assert back._structure() == est._structure()
+    for group in ("method_params", "likelihood_params", "kernel_params"):
+        assert resolve(back.get_params())[group] == resolve(est.get_params())[group]
+    assert back.method_params == {k: v for k, v in _old_format_params(est.get_params()).items()
+                                  if k in METHODS[est.method].options}

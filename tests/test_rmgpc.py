@@ -285,11 +285,11 @@ def test_full_gp_warm_start_keeps_z_on_the_training_rows(noisy_iris, tmp_path):
 
 
 @pytest.mark.parametrize("params,match", [
-    ({"outlier_prior_a": 0.0}, r"outlier_prior_a must be a finite number in \(0, ∞\)"),
-    ({"outlier_prior_b": -1.0}, r"outlier_prior_b must be a finite number in \(0, ∞\)"),
-    ({"outlier_prior_a": "x"}, "outlier_prior_a must be"),
+    ({"method_params": {"outlier_prior_a": 0.0}}, r"outlier_prior_a must be a finite number in \(0, ∞\)"),
+    ({"method_params": {"outlier_prior_b": -1.0}}, r"outlier_prior_b must be a finite number in \(0, ∞\)"),
+    ({"method_params": {"outlier_prior_a": "x"}}, "outlier_prior_a must be"),
     ({"batch_size": 10}, "use batch_size=None"),
-    ({"learn_epsilon": True}, "learn_epsilon=False"),
+    ({"likelihood_params": {"learn_epsilon": True}}, r"leave likelihood_params\['learn_epsilon'\] False"),
 ])
 def test_estimator_bad_input(noisy_iris, params, match):
     X, _, yn, _ = noisy_iris

@@ -152,9 +152,11 @@ def test_saved_model_keeps_its_row_keys(tmp_path):
     assert float(back.state_.c1.abs().sum()) > 0.5 * float(est.state_.c1.abs().sum())
 
 
-@pytest.mark.parametrize("change", [dict(kernel="matern52"), dict(latent_noise=None), dict(shared_kernel=True),
+@pytest.mark.parametrize("change", [dict(kernel="matern52"), dict(kernel_params={"latent_noise": None}),
+                                    dict(kernel_params={"shared_kernel": True}),
                                     dict(shared_inducing=True), dict(dtype="float32"), dict(learn_inducing=False),
-                                    dict(learn_epsilon=True), dict(epsilon=0.05)])
+                                    dict(likelihood_params={"learn_epsilon": True}),
+                                    dict(likelihood_params={"epsilon": 0.05})])
 def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change, tmp_path):
     # a warm start used to keep the old kernel (the file then named the new one: load built a Matérn from RBF
     # weights, probabilities off by 0.29), made unloadable files (latent noise, sharing), crashed (dtype) or
@@ -174,7 +176,7 @@ def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change
 def test_initial_values_and_engine_settings_do_not_stop_a_warm_start():
     X, y = _blobs()
     est = GPClassifier(n_inducing=8, max_iter=10, random_state=0, warm_start=True).fit(X, y)
-    est.set_params(learning_rate=0.02, latent_noise=0.1, init_lengthscale=2.0, max_iter=5).fit(X, y)
+    est.set_params(learning_rate=0.02, kernel_params={"latent_noise": 0.1, "init_lengthscale": 2.0}, max_iter=5).fit(X, y)
     assert est.warm_started_
 
 
@@ -186,15 +188,18 @@ def test_a_checkpoint_resumes_only_the_fit_it_was_written_for(tmp_path):
     X, y = _blobs(10)
     ck = str(tmp_path / "ck.pt")
     base = dict(n_inducing=5, random_state=0, checkpoint_path=ck, checkpoint_every=4, max_iter=4)
-    GPClassifier(method="arpep", alpha=0.5, learning_rate=0.05, **base).fit(X, y)
-    changes = [dict(method="rpapep", alpha=0.5, learning_rate=0.05), dict(method="arpep", alpha=0.5, learning_rate=0.05,
-               epsilon=0.1), dict(method="arpep", alpha=0.5, learning_rate=0.05, optimizer="adaptive"),
-               dict(method="arpep", alpha=0.5, learning_rate=0.1)]
+    half = {"alpha": 0.5}
+    GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **base).fit(X, y)
+    changes = [dict(method="rpapep", method_params=half, learning_rate=0.05),
+               dict(method="arpep", method_params=half, learning_rate=0.05, likelihood_params={"epsilon": 0.1}),
+               dict(method="arpep", method_params=half, learning_rate=0.05, optimizer="adaptive"),
+               dict(method="arpep", method_params=half, learning_rate=0.1)]
     for change, message in zip(changes, ["another model", "another model", "optimizer='adam'", "learning_rate=0.05"]):
         with pytest.raises(CheckpointError, match=message):
             GPClassifier(**{**base, "max_iter": 8, **change}).fit(X, y, resume=True)
     with pytest.raises(CheckpointError, match="iteration 4, beyond this fit's 2"):
-        GPClassifier(method="arpep", alpha=0.5, learning_rate=0.05, **{**base, "max_iter": 2}).fit(X, y, resume=True)
+        GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **{**base, "max_iter": 2}).fit(X, y,
+                                                                                                      resume=True)
     yb = (y > 0).astype(int)
     GPClassifier(method="vi", likelihood="probit", learning_rate=0.05, **base).fit(X, yb)
     with pytest.raises(CheckpointError, match="another model"):

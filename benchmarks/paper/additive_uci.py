@@ -65,8 +65,10 @@ def run_one(name, likelihood, run, args):
     method, likelihood_name = ("sep", "robustmax") if likelihood == "sep" else ("vi", likelihood)
     est = GPClassifier(tol=None, method=method, likelihood=likelihood_name, kernel=args.kernel, n_inducing=args.n_inducing,
                        batch_size=args.batch_size, learning_rate=args.lr, max_iter=args.iterations,
-                       init_lengthscale=0.1 * math.sqrt(D), init_variance=5.0, latent_noise=None,
-                       random_state=run, n_samples_predict=args.n_samples_predict)
+                       kernel_params=dict(init_lengthscale=0.1 * math.sqrt(D), init_variance=5.0, latent_noise=None),
+                       random_state=run,
+                       likelihood_params={"n_samples_predict": args.n_samples_predict} if likelihood_name == "softmax"
+                       else None)
     t0 = time.perf_counter()
     est.fit(X_tr, y_tr)
     fit_s = time.perf_counter() - t0

@@ -62,7 +62,7 @@ def main():
         for M in args.ms:
             for method, a in jobs:
                 opt, lr = OPT.get(method, ("lbfgs", 1.0))
-                extra = {} if a is None else {"alpha": a}
+                extra = {} if a is None else {"method_params": {"alpha": a}}
                 clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", optimizer=opt,
                                    learning_rate=lr, max_iter=args.iters, eval_every=args.eval_every,
                                    random_state=seed, **extra)

@@ -168,7 +168,7 @@ def main():
                     for method in args.methods:
                         for a in args.alphas:
                             try:
-                                r = run(name, method, f, seed, args.iters, optimizer=OPT[method], alpha=a,
+                                r = run(name, method, f, seed, args.iters, optimizer=OPT[method], method_params={"alpha": a},
                                         **({} if args.device == "cpu" else {"device": args.device}))
                             except (ArithmeticError, RuntimeError, ValueError) as exc:
                                 # one failed fit is a row (left out of the ranks), not the end of the sweep

@@ -45,7 +45,8 @@ def run(name, method, noise, seed, iters, max_full, vi_iters=300):
     # VI learns q with the hyper-parameters: with L-BFGS its ε ran to 1 (q = prior, constant likelihood —
     # the optimum of E_q[log p] over ε while q is still the prior) on waveform with 10-20% noise; full-batch
     # Adam moves q before ε and does not collapse
-    opt = dict(optimizer="adam", learning_rate=0.05, max_iter=vi_iters, learn_epsilon=True) if method == "vi" \
+    opt = dict(optimizer="adam", learning_rate=0.05, max_iter=vi_iters,
+               likelihood_params={"learn_epsilon": True}) if method == "vi" \
         else dict(optimizer="lbfgs", learning_rate=1.0, max_iter=iters)
     clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", random_state=seed, **opt)
     t0 = time.perf_counter()

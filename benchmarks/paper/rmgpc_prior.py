@@ -60,7 +60,8 @@ def main() -> None:
     sweeps = trace_beta()
     for pair, rs in ((p, r) for p in args.priors for r in args.random_states):
         a0, b0 = (float(v) for v in pair.split(","))
-        est = GPClassifier(tol=None, method="rmgpc", max_iter=args.iters, outlier_prior_a=a0, outlier_prior_b=b0,
+        est = GPClassifier(tol=None, method="rmgpc", max_iter=args.iters,
+                           method_params={"outlier_prior_a": a0, "outlier_prior_b": b0},
                            random_state=rs)
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:

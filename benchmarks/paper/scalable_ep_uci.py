@@ -62,7 +62,7 @@ def classifier(method, M, seed, iters, optimizer=None, **params) -> GPClassifier
 
 
 def run(name, method, fraction, seed, iters, optimizer=None, keep_history=False, **params):
-    """One fit and test evaluation; ``params`` go to GPClassifier (e.g. alpha); ``keep_history`` adds the
+    """One fit and test evaluation; ``params`` go to GPClassifier (e.g. method_params); ``keep_history`` adds the
     fit's history under "history"."""
     Xtr, Xte, ytr, yte = train_test(name, seed=seed)
     M = max(1, int(round(fraction * len(Xtr))))
@@ -122,7 +122,7 @@ def main():
                         if method in skip:
                             continue
                         try:
-                            extra = {"sep_log_z": args.sep_log_z} if method == "sep" else {}
+                            extra = {"method_params": {"sep_log_z": args.sep_log_z}} if method == "sep" else {}
                             r = run(name, method, f, seed, args.iters, **extra)
                         except NotImplementedError as exc:
                             print(f"skip {method}: {exc}")

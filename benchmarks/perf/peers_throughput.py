@@ -89,7 +89,7 @@ def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     base, _, nodes = method.removesuffix("-compiled").partition("-gh")   # "-gh20": the integral on 20 nodes
     shared = base.endswith("-shared")          # GPflow's model: one Z [M,D] and one kernel for all classes
     est = GPClassifier(tol=None, method=base.removesuffix("-shared"), n_inducing=M, batch_size=B,
-                       shared_inducing=shared, shared_kernel=shared, device=device, dtype=dtype)
+                       shared_inducing=shared, kernel_params={"shared_kernel": shared}, device=device, dtype=dtype)
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, M), math.sqrt(D) * np.ones(D))
     if nodes:

@@ -37,7 +37,7 @@ def main() -> None:
     from sgpc.estimator import GPClassifier
     X, y, _, _, C = _data(args.set)
     est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=200,
-                       shared_inducing=args.shared, shared_kernel=args.shared)
+                       shared_inducing=args.shared, kernel_params={"shared_kernel": args.shared})
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()

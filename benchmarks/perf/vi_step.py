@@ -125,8 +125,8 @@ def main() -> None:
     X, y, _, _, C = _data(args.set)
     full = args.b == 0
     est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=None if full else args.b,
-                       shared_inducing=args.shared, shared_kernel=args.shared, device=args.device, dtype=args.dtype,
-                       **({} if args.alpha is None else {"alpha": args.alpha}))
+                       shared_inducing=args.shared, kernel_params={"shared_kernel": args.shared}, device=args.device,
+                       dtype=args.dtype, method_params=None if args.alpha is None else {"alpha": args.alpha})
     D = X.shape[1]
     model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()

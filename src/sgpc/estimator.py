@@ -26,7 +26,8 @@ from sklearn.utils.validation import check_is_fitted
 from . import stream
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
-from .registry import METHODS, make_engine, make_kernel, make_likelihood
+from .registry import (KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, OPTION_GROUPS, make_engine,
+                       make_kernel, make_likelihood, resolve)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_finite, check_params,
@@ -35,6 +36,16 @@ from .warm_start import architecture, match_rows, row_keys
 
 __all__ = ["GPClassifier", "ModelFileError"]
 
+
+def _grouped_options(params: dict) -> dict:
+    """A model file's parameters with the options that files written before ``method_params``,
+    ``likelihood_params`` and ``kernel_params`` held as flat parameters (``alpha``, ``epsilon``, ...) moved into
+    those dicts: the ones the method, likelihood and kernel take (such a file held every option)."""
+    flat = {k: params.pop(k) for k in (*METHOD_OPTIONS, *LIKELIHOOD_OPTIONS, *KERNEL_OPTIONS) if k in params}
+    if flat:
+        for group, declared in OPTION_GROUPS.items():
+            params[group] = {k: flat[k] for k in declared(params) if k in flat}
+    return params
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
@@ -48,23 +59,47 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             its own hinge pseudo-likelihood and inducing inputs shared by all classes (``likelihood`` must stay
             at its default); its ``predict`` is argmax_c of the posterior mean of f*_c. "rmgpc" sets ε to E[ρ],
             and predict_proba = (1 − E[ρ]) P(argmax) + E[ρ]/C.
-        alpha: the α of "pep", "apep", "arpep", "rpapep", in (0, 1] (1 = EP; → 0 approaches VI).
+        method_params: the method's options (None: all defaults; a key the method does not take is an error;
+            ``registry.METHODS[method].options`` lists them with their defaults):
+            alpha ("pep", "apep", "arpep", "rpapep"; 0.5): the α in (0, 1] (1 = EP; → 0 approaches VI).
+            damping ("ep", "sep", "gfitc", "pep", "rmgpc", "smgpc"; 0.5): initial EP/SEP damping (annealed by
+            0.99 per pass over the data, floor 0.05 or the damping itself when it is smaller).
+            sep_log_z ("sep"; "local"): the estimate of log Z_q whose gradient "sep" follows: "local" (each
+            factor's own site, recomputed from the SEP cavity) or "tied" (the paper's wording; biased,
+            ``sgpc.sep``).
+            outlier_prior_a, outlier_prior_b ("rmgpc", "smgpc"; 1.0, 9.0): a₀, b₀ of the Beta prior on the outlier
+            fraction ρ (Beta(1, 9): prior mean 0.1).
+            natgrad_lr ("vi", "arpep", "rpapep", "bsvm"; None): None: the free Gaussian q(u) is optimised with
+            the hyper-parameters; γ > 0: q(u) takes natural-gradient steps of size γ (Salimbeni et al. 2018) from
+            the same backward pass, and the optimiser (optimizer="adam" or "adaptive") moves the
+            hyper-parameters only.
         likelihood: "robustmax" (step likelihood with label-noise ε; with 2 classes it keeps two latent
             functions, the pairwise C = 2 model), or the additive-noise likelihoods (``method="vi"``): "step",
             "probit", "logit" (GPC-I/II/III, analytic ELBO eqs. 8/18) and "softmax" (GPCsm, bound eq. 25); with 2
             classes these use one latent function. "step"/"probit"/"logit" also work with "ep", "sep" and "pep"
             for 2 classes (one probit site per point).
+        likelihood_params: the likelihood's options (None: all defaults; a key the likelihood does not take is an
+            error; ``registry.LIKELIHOODS[likelihood].options``; bsvm's hinge takes none):
+            "robustmax": epsilon (1e-3), the label-noise probability in (0, 1); learn_epsilon (False): make it
+            trainable.
+            "step"/"probit"/"logit": noise_variance (None), a (None = 0, 1, 2.897 respectively; a = 0 is
+            exact); delta (1e-3), the initial robustness δ (eqs. 5, 15) in (0, (C−1)/C); learn_delta (True):
+            optimise δ with the hyper-parameters (§IV-B-1) or keep it fixed.
+            "softmax": n_samples_predict (1024), the points S of the prediction (eq. 26); softmax_predict ("qmc"):
+            "qmc" (scrambled Sobol points with a fixed seed, deterministic) or "mc" (seeded Monte Carlo, the
+            paper's).
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
             "matern52+rbf" (sum; the RBF term starts at 10× the Matérn length-scale, additive-noise-gpc App. D).
+        kernel_params: the kernel's options (None: all defaults; every kernel takes these, ``registry.KERNEL_OPTIONS``):
+            latent_noise (1e-3): initial variance of the additive latent noise (papers' kernel); None removes the
+            term. init_lengthscale (None): initial length-scale (a number, all dimensions); None = √D × the
+            standard deviation of each feature, floored so that no single feature isolates a row
+            (``initialization.initial_lengthscales``). init_variance (1.0): initial kernel amplitude σ².
+            shared_kernel (False): one set of kernel hyper-parameters for all latent functions.
         n_inducing: M, inducing points per latent function (clamped to the number of rows).
         inducing_init: "kmeans" or "random" (a random subset of training rows).
         learn_inducing: optimise the inducing inputs.
         shared_inducing: one set of inducing inputs for all latent functions (else one per latent, as in the papers).
-        shared_kernel: one set of kernel hyper-parameters for all latent functions.
-        latent_noise: initial variance of the additive latent noise (papers' kernel); None removes the term.
-        epsilon: robust-max label-noise probability; learn_epsilon: make it trainable.
-        damping: initial EP/SEP damping (annealed by 0.99 per pass over the data, floor 0.05 or the
-            damping itself when it is smaller).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter rates ×1.02
             while a gradient keeps its sign, ×0.5 when it flips; unbounded, so meant for the papers' few hundred
             steps). learning_rate: step size.
@@ -83,31 +118,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             module)`` needs a module of the same architecture. End it with ``nn.BatchNorm1d(D', affine=False)``
             (docs: a per-row normalisation can collapse the features). Training mode during ``fit``, eval mode
             for prediction.
-        noise_variance: a of "step"/"probit"/"logit" (None = 0, 1, 2.897 respectively; a = 0 is exact).
-        delta: initial robustness δ of "step"/"probit"/"logit" (eqs. 5, 15), in (0, (C−1)/C);
-            learn_delta: optimise δ with the hyper-parameters (default, §IV-B-1) or keep it fixed.
-        n_samples_predict: points S of the "softmax" prediction (eq. 26); softmax_predict: "qmc" (scrambled
-            Sobol points with a fixed seed, deterministic; default) or "mc" (seeded Monte Carlo, the paper's).
-        init_lengthscale: initial kernel length-scale (a number, all dimensions); None = √D × the standard
-            deviation of each feature, floored so that no single feature isolates a row
-            (``initialization.initial_lengthscales``). init_variance: initial kernel amplitude σ².
         warm_start: when the estimator was fitted before with the same classes (and features), ``fit``
             continues from the previous hyper-parameters, inducing inputs, feature extractor and q (used by
             active learning). Methods with per-row sites match each training row to an identical row (features
             and label) of the previous fit and keep its sites; sep scales its tied site to the new slot counts;
             apep keeps its tied factor. Their damping clock restarts. ``warm_started_`` says what happened.
-        outlier_prior_a, outlier_prior_b: a₀, b₀ of the Beta prior on the outlier fraction ρ of "rmgpc"
-            (default Beta(1, 9): prior mean 0.1).
-        sep_log_z: the estimate of log Z_q whose gradient "sep" follows: "local" (each factor's own site,
-            recomputed from the SEP cavity; default) or "tied" (the paper's wording; biased, ``sgpc.sep``).
         tol, n_iter_no_change: the fit stops once its objective per datum (or, with early_stopping, the
             held-out log-likelihood per row) has not improved on its best by more than tol for n_iter_no_change
             consecutive checks — every step of a full-batch fit, every pass over the data with minibatches —
             and an inner EP run (gfitc, rmgpc) converged; max_iter / n_epochs are then a ceiling, and reaching
             it first gives a ``ConvergenceWarning``. tol=None runs to the ceiling. ``converged_`` says which.
-        natgrad_lr: None (default): the free Gaussian q(u) of vi/arpep/rpapep/bsvm is optimised with the
-            hyper-parameters; γ > 0: q(u) takes natural-gradient steps of size γ (Salimbeni et al. 2018) from the
-            same backward pass, and the optimiser moves the hyper-parameters only.
         early_stopping, validation_fraction: hold out a stratified validation_fraction of the rows and stop on
             their log-likelihood instead of the training objective (in-memory fits).
         compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch method
@@ -120,33 +140,27 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
+                 method_params: dict | None = None, likelihood_params: dict | None = None,
+                 kernel_params: dict | None = None,
                  n_inducing: int = 100, inducing_init: str = "kmeans", learn_inducing: bool = True,
-                 shared_inducing: bool = False, shared_kernel: bool = False, latent_noise: float | None = 1e-3,
-                 epsilon: float = 1e-3, learn_epsilon: bool = False, alpha: float = 0.5, damping: float = 0.5,
-                 optimizer: str = "adam",
+                 shared_inducing: bool = False, optimizer: str = "adam",
                  learning_rate: float = 0.01, lr_decay: float = 1.0, max_iter: int = 500, n_epochs: int | None = None,
                  batch_size: int | None = None, random_state=None, dtype: str = "float64",
                  device: str = "cpu", verbose: int = 0, eval_every: int = 50, checkpoint_path: str | None = None,
                  checkpoint_every: int = 0, feature_extractor: torch.nn.Module | None = None,
-                 warm_start: bool = False, outlier_prior_a: float = 1.0, outlier_prior_b: float = 9.0,
-                 noise_variance: float | None = None, delta: float = 1e-3, learn_delta: bool = True,
-                 n_samples_predict: int = 1024, softmax_predict: str = "qmc", init_lengthscale: float | None = None,
-                 init_variance: float = 1.0, sep_log_z: str = "local", compile: str | None = None,
+                 warm_start: bool = False, compile: str | None = None,
                  tol: float | None = 1e-4, n_iter_no_change: int = 10, early_stopping: bool = False,
-                 validation_fraction: float = 0.1, natgrad_lr: float | None = None):
+                 validation_fraction: float = 0.1):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
+        self.method_params = method_params
+        self.likelihood_params = likelihood_params
+        self.kernel_params = kernel_params
         self.n_inducing = n_inducing
         self.inducing_init = inducing_init
         self.learn_inducing = learn_inducing
         self.shared_inducing = shared_inducing
-        self.shared_kernel = shared_kernel
-        self.latent_noise = latent_noise
-        self.epsilon = epsilon
-        self.learn_epsilon = learn_epsilon
-        self.alpha = alpha
-        self.damping = damping
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self.lr_decay = lr_decay
@@ -162,22 +176,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.checkpoint_every = checkpoint_every
         self.feature_extractor = feature_extractor
         self.warm_start = warm_start
-        self.outlier_prior_a = outlier_prior_a
-        self.outlier_prior_b = outlier_prior_b
-        self.noise_variance = noise_variance
-        self.delta = delta
-        self.learn_delta = learn_delta
-        self.n_samples_predict = n_samples_predict
-        self.softmax_predict = softmax_predict
-        self.init_lengthscale = init_lengthscale
-        self.init_variance = init_variance
-        self.sep_log_z = sep_log_z
         self.compile = compile
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
-        self.natgrad_lr = natgrad_lr
 
     # -- parameters -> objects -----------------------------------------------------------------------
     @property
@@ -191,8 +194,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def _torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
+    def _params(self) -> dict:
+        """The parameters with ``method_params``, ``likelihood_params`` and ``kernel_params`` resolved: the
+        options the method, likelihood and kernel take, defaults updated by the dicts (``registry.resolve``)."""
+        return resolve(self.get_params(deep=False))
+
     def _make_engine(self):
-        return make_engine(self.get_params(deep=False))
+        return make_engine(self._params())
 
     def _train_settings(self) -> TrainSettings:
         return TrainSettings(optimizer=self.optimizer, learning_rate=self.learning_rate, lr_decay=self.lr_decay,
@@ -225,7 +233,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return validate
 
     def _build(self, D: int, C: int, Z: np.ndarray, lengthscale, extractor=None) -> SparseGP:
-        params = self.get_params(deep=False)
+        params = self._params()
         lik = make_likelihood(params, C)
         kern = make_kernel(params, D, lik.n_latent, lengthscale, self._torch_dtype())
         Zt = torch.as_tensor(Z, dtype=self._torch_dtype())
@@ -250,14 +258,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         say (and ``save`` writes settings that rebuild it). Initial values (latent_noise's value,
         init_lengthscale, inducing_init, ...) and the engine's settings (alpha, damping, learning rate)
         may change between warm-started fits. A checkpoint resumes only the same structure, on any device
-        (``with_device=False``)."""
-        return (self.method, self.likelihood, self.kernel, self.latent_noise is None, bool(self.shared_kernel),
-                bool(self.shared_inducing), bool(self.learn_inducing), bool(self.learn_epsilon),
-                None if self.learn_epsilon else float(self.epsilon), self.dtype,
+        (``with_device=False``). Options that the method, likelihood or kernel does not take read as their
+        defaults."""
+        resolved = self._params()
+        m = {**METHOD_OPTIONS, **resolved["method_params"]}
+        lik = {**LIKELIHOOD_OPTIONS, **resolved["likelihood_params"]}
+        kern = resolved["kernel_params"]
+        return (self.method, self.likelihood, self.kernel, kern["latent_noise"] is None, bool(kern["shared_kernel"]),
+                bool(self.shared_inducing), bool(self.learn_inducing), bool(lik["learn_epsilon"]),
+                None if lik["learn_epsilon"] else float(lik["epsilon"]), self.dtype,
                 *((str(self.device),) if with_device else ()),
-                self.noise_variance, bool(self.learn_delta), None if self.learn_delta else float(self.delta),
-                int(self.n_samples_predict), self.softmax_predict,
-                float(self.outlier_prior_a), float(self.outlier_prior_b), architecture(self.feature_extractor))
+                lik["noise_variance"], bool(lik["learn_delta"]), None if lik["learn_delta"] else float(lik["delta"]),
+                int(lik["n_samples_predict"]), lik["softmax_predict"],
+                float(m["outlier_prior_a"]), float(m["outlier_prior_b"]), architecture(self.feature_extractor))
 
     def _warm(self, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int, full_gp: bool = False) -> bool:
         """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
@@ -623,7 +636,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                           UserWarning, stacklevel=2)
             params["device"] = "cpu"
         try:
-            est = cls(**params, feature_extractor=feature_extractor)
+            est = cls(**_grouped_options(params), feature_extractor=feature_extractor)
             est._check_options()
             est._fitted_params_ = est.get_params(deep=False)
             est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))

@@ -3,7 +3,9 @@
 ``METHODS`` maps each ``method=`` name to a ``Method``: the engine class and how its settings follow from the
 estimator's parameters, which likelihoods it accepts, and what it can do (the engine class's declared
 ``capabilities``). ``LIKELIHOODS`` and ``KERNELS`` map the ``likelihood=`` and ``kernel=`` names to
-factories. The estimator, the CLI's choices, the docs' method table (``method_table``) and the contract
+factories. Each entry declares the options it takes (the keys of the estimator's ``method_params``,
+``likelihood_params`` and ``kernel_params``) with their defaults, drawn from one table each:
+``METHOD_OPTIONS``, ``LIKELIHOOD_OPTIONS`` and ``KERNEL_OPTIONS``. The estimator, the CLI's choices, the docs' method table (``method_table``) and the contract
 tests are all derived from these literals: a new method is one engine module and one entry here; a new
 likelihood is one class and one entry.
 
@@ -27,8 +29,23 @@ from .rmgpc import RMGPC
 from .sep import APEP, SEP
 from .vi import VI
 
-__all__ = ["Method", "METHODS", "LIKELIHOODS", "KERNELS", "make_engine", "make_likelihood", "make_kernel",
-           "method_table"]
+__all__ = ["Method", "METHODS", "LikelihoodEntry", "LIKELIHOODS", "KERNELS", "METHOD_OPTIONS", "LIKELIHOOD_OPTIONS",
+           "KERNEL_OPTIONS", "OPTION_GROUPS", "likelihood_name", "resolve", "make_engine", "make_likelihood",
+           "make_kernel", "method_table"]
+
+# -- options: the keys of the estimator's method_params, likelihood_params and kernel_params, with their defaults;
+# each method and likelihood takes some of them (``Method.options``, ``LikelihoodEntry.options``), every kernel all
+METHOD_OPTIONS: dict[str, object] = {"alpha": 0.5, "damping": 0.5, "sep_log_z": "local", "outlier_prior_a": 1.0,
+                                     "outlier_prior_b": 9.0, "natgrad_lr": None}
+LIKELIHOOD_OPTIONS: dict[str, object] = {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
+                                         "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
+KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
+                                     "shared_kernel": False}
+
+
+def _takes(table: dict, *names: str) -> dict:
+    """The options ``names`` of ``table`` with their defaults."""
+    return {name: table[name] for name in names}
 
 # binary additive-noise likelihoods in the EP family: one site per point on the single latent function (probit
 # sites, Φ(s f/√a) mixed with δ); robust-max keeps the pairwise step factors of scalable-ep eq. 6
@@ -44,7 +61,9 @@ class Method:
     """One ``method=`` entry.
 
     Attributes:
-        engine: the engine class. settings: its settings from the estimator's parameters (a dict of them).
+        engine: the engine class. settings: its settings from the method's resolved options (``options``
+            merged with ``method_params``) and the estimator's parameters: ``settings(options, params)``.
+        options: the ``method_params`` keys it takes, with their defaults (from ``METHOD_OPTIONS``).
         likelihoods: the ``likelihood=`` names it accepts for any number of classes; binary_likelihoods:
             those it accepts for 2 classes only.
         own_likelihood: a likelihood the method always uses (bsvm: the hinge), whatever ``likelihood=`` says
@@ -57,7 +76,8 @@ class Method:
     """
 
     engine: type[Engine]
-    settings: Callable[[dict], dict]
+    settings: Callable[[dict, dict], dict]
+    options: dict
     likelihoods: tuple[str, ...]
     paper: str
     summary: str
@@ -77,83 +97,112 @@ class Method:
 _VI_LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 
 METHODS: dict[str, Method] = {
-    "vi": Method(VI, lambda p: {"natgrad_lr": p["natgrad_lr"]}, _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
+    "vi": Method(VI, lambda o, p: {"natgrad_lr": o["natgrad_lr"]}, _takes(METHOD_OPTIONS, "natgrad_lr"),
+                 _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
                  "free Gaussian q(u), ELBO; any likelihood"),
-    "ep": Method(EP, lambda p: {"damping": p["damping"], "factor": _site_factor(p)}, ("robustmax",),
-                 "scalable-ep §2.2–2.3, App. B–G",
+    "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
+                 ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
                  binary_likelihoods=_EP_BINARY),
-    "sep": Method(SEP, lambda p: {"damping": p["damping"], "factor": _site_factor(p), "log_z": p["sep_log_z"]},
+    "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
+                  _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
                   binary_likelihoods=_EP_BINARY),
-    "gfitc": Method(GFITC, lambda p: {"damping": p["damping"]}, ("robustmax",), "scalable-ep §3 (baseline)",
+    "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"]}, _takes(METHOD_OPTIONS, "damping"), ("robustmax",),
+                    "scalable-ep §3 (baseline)",
                     "EP in function space on the FITC prior, exact step likelihood, full batch"),
-    "pep": Method(EP, lambda p: {"alpha": p["alpha"], "factor": "likelihood", "damping": p["damping"]},
-                  ("robustmax",), "alpha-divergence GPC §3.1, App. A",
+    "pep": Method(EP, lambda o, p: {"alpha": o["alpha"], "factor": "likelihood", "damping": o["damping"]},
+                  _takes(METHOD_OPTIONS, "alpha", "damping"), ("robustmax",), "alpha-divergence GPC §3.1, App. A",
                   "Power EP (alpha in (0, 1]) with rank-one sites on the robust-max likelihood",
                   binary_likelihoods=_EP_BINARY),
-    "apep": Method(APEP, lambda p: {"alpha": p["alpha"]}, ("robustmax",), "alpha-divergence GPC §3.2",
-                   "tied factor optimised by gradient of the Power-EP energy (eq. 8)"),
-    "arpep": Method(VI, lambda p: {"alpha": p["alpha"], "natgrad_lr": p["natgrad_lr"]}, ("robustmax",), "alpha-divergence GPC §3.3, eq. 9",
+    "apep": Method(APEP, lambda o, p: {"alpha": o["alpha"]}, _takes(METHOD_OPTIONS, "alpha"), ("robustmax",),
+                   "alpha-divergence GPC §3.2", "tied factor optimised by gradient of the Power-EP energy (eq. 8)"),
+    "arpep": Method(VI, lambda o, p: {"alpha": o["alpha"], "natgrad_lr": o["natgrad_lr"]},
+                    _takes(METHOD_OPTIONS, "alpha", "natgrad_lr"), ("robustmax",), "alpha-divergence GPC §3.3, eq. 9",
                     "free Gaussian q, (1/α) Σ log E[p^α] − KL"),
-    "rpapep": Method(VI, lambda p: {"alpha": p["alpha"], "objective": "rpapep", "natgrad_lr": p["natgrad_lr"]}, ("robustmax",),
+    "rpapep": Method(VI, lambda o, p: {"alpha": o["alpha"], "objective": "rpapep", "natgrad_lr": o["natgrad_lr"]},
+                     _takes(METHOD_OPTIONS, "alpha", "natgrad_lr"), ("robustmax",),
                      "alpha-divergence GPC §3.4, eq. 10", "free Gaussian q, the prior as one more factor"),
-    "bsvm": Method(VI, lambda p: {"natgrad_lr": p["natgrad_lr"]}, ("robustmax",), "multi-class Bayesian SVM §3",
+    "bsvm": Method(VI, lambda o, p: {"natgrad_lr": o["natgrad_lr"]}, _takes(METHOD_OPTIONS, "natgrad_lr"), ("robustmax",),
+                   "multi-class Bayesian SVM §3",
                    "Crammer–Singer hinge pseudo-likelihood, ELBO eq. 12, inducing inputs shared by all classes",
                    own_likelihood="hinge", shared_inducing=True, caps=Capabilities(free_gaussian=True)),
-    "rmgpc": Method(RMGPC, lambda p: {"damping": p["damping"], "outliers": True, "prior_a": float(p["outlier_prior_a"]),
-                                      "prior_b": float(p["outlier_prior_b"])}, ("robustmax",),
+    "rmgpc": Method(RMGPC, lambda o, p: {"damping": o["damping"], "outliers": True, "prior_a": float(o["outlier_prior_a"]),
+                                         "prior_b": float(o["outlier_prior_b"])},
+                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b"), ("robustmax",),
                     "robust multi-class GPC (NIPS 2011 supplement, eqs. 3–13)",
                     "EP with outlier indicators and a Beta posterior on ρ, full GP or FITC",
                     full_gp_at_n=True, outlier_model=True),
-    "smgpc": Method(RMGPC, lambda p: {"damping": p["damping"], "outliers": False, "prior_a": float(p["outlier_prior_a"]),
-                                      "prior_b": float(p["outlier_prior_b"])}, ("robustmax",),
+    "smgpc": Method(RMGPC, lambda o, p: {"damping": o["damping"], "outliers": False, "prior_a": float(o["outlier_prior_a"]),
+                                         "prior_b": float(o["outlier_prior_b"])},
+                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b"), ("robustmax",),
                     "robust multi-class GPC supplement (baseline)", "rmgpc without outlier indicators",
                     full_gp_at_n=True, outlier_model=True),
 }
 
 
 def make_engine(params: dict) -> Engine:
-    """The engine of ``params["method"]`` with its settings from the estimator's parameters ``params``."""
+    """The engine of ``params["method"]`` with its settings from the estimator's parameters ``params``, options
+    resolved (``resolve``)."""
     method = METHODS[params["method"]]
-    return method.engine(**method.settings(params))
+    return method.engine(**method.settings(params["method_params"], params))
 
 
 # -- likelihoods ----------------------------------------------------------------------------------
-def _robust_max(C: int, p: dict) -> Likelihood:
-    return RobustMax(C, epsilon=p["epsilon"], learn_epsilon=p["learn_epsilon"])
+# each factory takes the number of classes C and the likelihood's resolved options o
+def _robust_max(C: int, o: dict) -> Likelihood:
+    return RobustMax(C, epsilon=o["epsilon"], learn_epsilon=o["learn_epsilon"])
 
 
 def _additive(name: str) -> Callable[[int, dict], Likelihood]:
-    def make(C: int, p: dict) -> Likelihood:
-        a = NOISE_VARIANCE[name] if p["noise_variance"] is None else float(p["noise_variance"])
+    def make(C: int, o: dict) -> Likelihood:
+        a = NOISE_VARIANCE[name] if o["noise_variance"] is None else float(o["noise_variance"])
         if C == 2:
-            return BinaryAdditiveGaussian(a, p["delta"], learn_delta=p["learn_delta"])
-        return AdditiveGaussian(C, a, p["delta"], learn_delta=p["learn_delta"])
+            return BinaryAdditiveGaussian(a, o["delta"], learn_delta=o["learn_delta"])
+        return AdditiveGaussian(C, a, o["delta"], learn_delta=o["learn_delta"])
     return make
 
 
-def _softmax(C: int, p: dict) -> Likelihood:
+def _softmax(C: int, o: dict) -> Likelihood:
     if C == 2:
         return BinarySoftmax()
-    return Softmax(C, n_samples_predict=int(p["n_samples_predict"]), predict_rule=p["softmax_predict"])
+    return Softmax(C, n_samples_predict=int(o["n_samples_predict"]), predict_rule=o["softmax_predict"])
 
 
-def _hinge(C: int, p: dict) -> Likelihood:
+def _hinge(C: int, o: dict) -> Likelihood:
     return BinaryHinge() if C == 2 else MulticlassHinge(C)
 
 
-# name -> factory(C, estimator parameters); "hinge" is bsvm's own (``Method.own_likelihood``)
-LIKELIHOODS: dict[str, Callable[[int, dict], Likelihood]] = {
-    "robustmax": _robust_max, "step": _additive("step"), "probit": _additive("probit"),
-    "logit": _additive("logit"), "softmax": _softmax, "hinge": _hinge,
+@dataclass(frozen=True)
+class LikelihoodEntry:
+    """One likelihood name: ``make(C, options)`` builds it for C classes from its resolved options; ``options``:
+    the ``likelihood_params`` keys it takes, with their defaults (from ``LIKELIHOOD_OPTIONS``)."""
+
+    make: Callable[[int, dict], Likelihood]
+    options: dict
+
+
+_ADDITIVE_OPTIONS = ("noise_variance", "delta", "learn_delta")
+
+# "hinge" is bsvm's own (``Method.own_likelihood``)
+LIKELIHOODS: dict[str, LikelihoodEntry] = {
+    "robustmax": LikelihoodEntry(_robust_max, _takes(LIKELIHOOD_OPTIONS, "epsilon", "learn_epsilon")),
+    "step": LikelihoodEntry(_additive("step"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
+    "probit": LikelihoodEntry(_additive("probit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
+    "logit": LikelihoodEntry(_additive("logit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
+    "softmax": LikelihoodEntry(_softmax, _takes(LIKELIHOOD_OPTIONS, "n_samples_predict", "softmax_predict")),
+    "hinge": LikelihoodEntry(_hinge, {}),
 }
 
 
+def likelihood_name(params: dict) -> str:
+    """The likelihood that the estimator's parameters ``params`` use: the method's own one, if it has one."""
+    return METHODS[params["method"]].own_likelihood or params["likelihood"]
+
+
 def make_likelihood(params: dict, C: int) -> Likelihood:
-    """The likelihood of ``params`` for C classes (the method's own one, if it has one)."""
-    name = METHODS[params["method"]].own_likelihood or params["likelihood"]
-    return LIKELIHOODS[name](C, params)
+    """The likelihood of ``params`` (options resolved, ``resolve``) for C classes."""
+    return LIKELIHOODS[likelihood_name(params)].make(C, params["likelihood_params"])
 
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -176,13 +225,31 @@ KERNELS: dict[str, Callable[[int, int, dict], torch.nn.Module]] = {
 
 
 def make_kernel(params: dict, D: int, L: int, lengthscale, dtype: torch.dtype) -> torch.nn.Module:
-    """The kernel of ``params["kernel"]`` on D inputs for L latent functions; ``lengthscale``: the data-derived
-    initial length-scales, replaced by ``params["init_lengthscale"]`` when that is set."""
-    if params["init_lengthscale"] is not None:
-        lengthscale = float(params["init_lengthscale"])
-    kw = dict(shared=params["shared_kernel"], lengthscale=lengthscale, noise=params["latent_noise"],
-              variance=float(params["init_variance"]), dtype=dtype)
+    """The kernel of ``params["kernel"]`` (options resolved, ``resolve``) on D inputs for L latent functions;
+    ``lengthscale``: the data-derived initial length-scales, replaced by the option ``init_lengthscale`` when
+    that is set."""
+    o = params["kernel_params"]
+    if o["init_lengthscale"] is not None:
+        lengthscale = float(o["init_lengthscale"])
+    kw = dict(shared=o["shared_kernel"], lengthscale=lengthscale, noise=o["latent_noise"],
+              variance=float(o["init_variance"]), dtype=dtype)
     return KERNELS[params["kernel"]](D, L, kw)
+
+
+# the estimator parameter of each group of options -> what declares the keys it takes, from the parameters
+OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
+    "method_params": lambda p: METHODS[p["method"]].options,
+    "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
+    "kernel_params": lambda p: KERNEL_OPTIONS,
+}
+
+
+def resolve(params: dict) -> dict:
+    """The estimator's parameters with ``method_params``, ``likelihood_params`` and ``kernel_params`` resolved:
+    the options that the chosen method, likelihood and kernel take, their defaults updated by the dict given
+    (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
+    return {**params, **{group: {**declared(params), **(params[group] or {})}
+                         for group, declared in OPTION_GROUPS.items()}}
 
 
 def method_table() -> str:

@@ -12,11 +12,11 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import KERNELS, LIKELIHOODS, METHODS
+from .registry import KERNELS, LIKELIHOODS, METHODS, OPTION_GROUPS, likelihood_name, resolve
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
-__all__ = ["check_params", "capable", "DTYPES", "check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
+__all__ = ["check_params", "check_options", "capable", "DTYPES", "check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
            "validated", "check_data_parallel_extractor"]
 
 
@@ -68,7 +68,13 @@ def unique_labels(y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def plain_value(name: str, value):
     """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
-    and devices strings; anything else that is not a number, string, boolean or None cannot be saved."""
+    and devices strings, a dict (``method_params``, ...) a dict of plain values with string keys; anything
+    else that is not a number, string, boolean or None cannot be saved."""
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"parameter {name}={value!r} cannot be saved (its keys must be strings, got {bad[0]!r})")
+        return {k: plain_value(f"{name}[{k!r}]", v) for k, v in value.items()}
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.integer):
@@ -80,7 +86,8 @@ def plain_value(name: str, value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     hint = "; pass an integer random_state (or None)" if name == "random_state" else ""
-    raise TypeError(f"parameter {name}={value!r} cannot be saved (only numbers, strings, booleans, None){hint}")
+    raise TypeError(f"parameter {name}={value!r} cannot be saved (only numbers, strings, booleans, None and dicts "
+                    f"of them){hint}")
 
 
 def check_device(device) -> None:
@@ -165,6 +172,61 @@ def capable(flag: str) -> tuple[str, ...]:
     return tuple(name for name, m in METHODS.items() if getattr(m.capabilities, flag))
 
 
+def _check_n_samples(name: str, value) -> None:
+    if not (isinstance(value, (int, np.integer)) and value >= 1):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+# every option of method_params, likelihood_params and kernel_params (registry.*_OPTIONS) -> the check of its value
+_OPTION_CHECKS = {
+    "alpha": lambda n, v: check_real(n, v, low=0.0, high=1.0),
+    "damping": lambda n, v: check_real(n, v, low=0.0, high=1.0),
+    "sep_log_z": lambda n, v: check_choice(n, v, LOG_Z_KINDS),
+    "outlier_prior_a": lambda n, v: check_real(n, v, low=0.0),           # the Beta prior of ρ
+    "outlier_prior_b": lambda n, v: check_real(n, v, low=0.0),
+    "natgrad_lr": lambda n, v: check_real(n, v, low=0.0, none="q(u) on the optimiser"),
+    "epsilon": lambda n, v: check_real(n, v, low=0.0, high=1.0, high_closed=False),
+    "learn_epsilon": check_flag,
+    "noise_variance": lambda n, v: check_real(n, v, low=0.0, low_closed=True, none="the likelihood's own"),
+    "delta": lambda n, v: check_real(n, v, low=0.0, high=1.0, high_closed=False),
+    "learn_delta": check_flag,
+    "n_samples_predict": _check_n_samples,
+    "softmax_predict": lambda n, v: check_choice(n, v, PREDICT_RULES),
+    "latent_noise": lambda n, v: check_real(n, v, low=0.0, low_closed=True, none="no noise term"),
+    "init_lengthscale": lambda n, v: check_real(n, v, low=0.0, none="from the features' spread"),
+    "init_variance": lambda n, v: check_real(n, v, low=0.0),
+    "shared_kernel": check_flag,
+}
+
+
+def check_options(params: dict) -> dict:
+    """The estimator's parameters ``params`` with their options resolved (``registry.resolve``), after a
+    ValueError for a ``method_params``, ``likelihood_params`` or ``kernel_params`` that is not a dict or None,
+    holds a key that the chosen method, likelihood or kernel does not take, or a value out of range."""
+    method = params["method"]
+    own = METHODS[method].own_likelihood
+    owner = {"method_params": f"method={method!r}",
+             "likelihood_params": f"likelihood={likelihood_name(params)!r}"
+             + (f" (method={method!r} always uses it)" if own else ""),
+             "kernel_params": f"kernel={params['kernel']!r}"}
+    for group, declared in OPTION_GROUPS.items():
+        given = params[group]
+        if given is None:
+            continue
+        if not isinstance(given, dict):
+            raise ValueError(f"{group} must be a dict of options or None, got {type(given).__name__}")
+        valid = tuple(declared(params))
+        for key in given:
+            if key not in valid:
+                raise ValueError(f"unknown {group} key {key!r} for {owner[group]}; valid: "
+                                 f"{', '.join(map(repr, valid)) or 'none'}")
+    resolved = resolve(params)
+    for group in OPTION_GROUPS:
+        for name, value in resolved[group].items():
+            _OPTION_CHECKS[name](name, value)
+    return resolved
+
+
 def check_params(est) -> None:
     """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it."""
     check_choice("method", est.method, tuple(METHODS))
@@ -172,7 +234,6 @@ def check_params(est) -> None:
     check_choice("kernel", est.kernel, tuple(KERNELS))
     check_choice("dtype", est.dtype, tuple(DTYPES))
     check_choice("inducing_init", est.inducing_init, ("kmeans", "random"))
-    check_choice("sep_log_z", est.sep_log_z, LOG_Z_KINDS)
     check_choice("compile", est.compile, COMPILE_MODES)
     caps = METHODS[est.method].capabilities
     streamable = capable("streamable")
@@ -184,18 +245,14 @@ def check_params(est) -> None:
                          f"{', a feature extractor' if est.feature_extractor is not None else ''}")
     if caps.full_batch_only and est.batch_size is not None:
         raise ValueError(f"method={est.method!r} runs EP to convergence on the whole data set: use batch_size=None")
-    if est.method in ("rmgpc", "smgpc"):           # the options of the outlier model
-        if est.learn_epsilon:
-            raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: use learn_epsilon=False")
-        for name in ("outlier_prior_a", "outlier_prior_b"):      # the Beta prior of ρ
-            check_real(name, getattr(est, name), low=0.0)
+    _check_likelihood_choice(est)
+    options = check_options(est.get_params(deep=False))
+    if est.method in ("rmgpc", "smgpc") and options["likelihood_params"]["learn_epsilon"]:    # the outlier model
+        raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: leave "
+                         "likelihood_params['learn_epsilon'] False")
     check_device(est.device)
-    for name in ("learn_inducing", "shared_inducing", "shared_kernel", "learn_epsilon", "learn_delta", "warm_start"):
+    for name in ("learn_inducing", "shared_inducing", "warm_start"):
         check_flag(name, getattr(est, name))
-    check_real("latent_noise", est.latent_noise, low=0.0, low_closed=True, none="no noise term")
-    check_real("alpha", est.alpha, low=0.0, high=1.0)
-    check_real("damping", est.damping, low=0.0, high=1.0)
-    check_real("epsilon", est.epsilon, low=0.0, high=1.0, high_closed=False)
     check_real("learning_rate", est.learning_rate, low=0.0)
     check_real("lr_decay", est.lr_decay, low=0.0, high=1.0)
     check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
@@ -205,8 +262,8 @@ def check_params(est) -> None:
         raise ValueError(f"n_iter_no_change must be a positive integer, got {est.n_iter_no_change!r}")
     check_flag("early_stopping", est.early_stopping)
     check_real("validation_fraction", est.validation_fraction, low=0.0, high=1.0, high_closed=False)
-    check_real("natgrad_lr", est.natgrad_lr, low=0.0, none="q(u) on the optimiser")
-    if est.natgrad_lr is not None and not (caps.free_gaussian and est.optimizer != "lbfgs"):
+    natgrad_lr = options["method_params"].get("natgrad_lr")
+    if natgrad_lr is not None and not (caps.free_gaussian and est.optimizer != "lbfgs"):
         raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
                          f"({', '.join(map(repr, capable('free_gaussian')))}) with optimizer='adam' or "
                          f"'adaptive'; got method={est.method!r}, optimizer={est.optimizer!r}")
@@ -218,11 +275,10 @@ def check_params(est) -> None:
     if est.feature_extractor is not None and not caps.free_gaussian:
         raise ValueError(f"feature_extractor needs a free-Gaussian method "
                          f"({', '.join(map(repr, capable('free_gaussian')))}), got method={est.method!r}")
-    _check_likelihood_params(est)
 
 
-def _check_likelihood_params(est) -> None:
-    """The likelihood's parameters and the method's rule for which likelihoods it accepts."""
+def _check_likelihood_choice(est) -> None:
+    """The method's rule for which likelihoods it accepts."""
     method = METHODS[est.method]
     binary = est.likelihood in method.binary_likelihoods
     if est.likelihood not in method.likelihoods and not binary:
@@ -230,14 +286,3 @@ def _check_likelihood_params(est) -> None:
         raise ValueError(f"likelihood={est.likelihood!r} works with method='vi'"
                          f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
                          f"got method={est.method!r} (EP-family methods use likelihood='robustmax')")
-    if est.noise_variance is not None:
-        if est.likelihood not in ("step", "probit", "logit"):
-            raise ValueError(f"noise_variance applies to likelihood 'step', 'probit' or 'logit', "
-                             f"not {est.likelihood!r}")
-        check_real("noise_variance", est.noise_variance, low=0.0, low_closed=True)
-    check_real("delta", est.delta, low=0.0, high=1.0, high_closed=False)
-    if not (isinstance(est.n_samples_predict, (int, np.integer)) and est.n_samples_predict >= 1):
-        raise ValueError(f"n_samples_predict must be a positive integer, got {est.n_samples_predict!r}")
-    check_choice("softmax_predict", est.softmax_predict, PREDICT_RULES)
-    check_real("init_lengthscale", est.init_lengthscale, low=0.0, none="from the features' spread")
-    check_real("init_variance", est.init_variance, low=0.0)
