@@ -80,6 +80,8 @@ def test_parse_sgpc_spec():
     assert name == "sep" and col.family == "sgpc"
     assert col.kwargs == {"method": "sep", "max_iter": 30, "learning_rate": 0.05, "batch_size": None}
     assert suite.parse_sgpc_spec("plain")[1].kwargs == {}
+    ng = suite.parse_sgpc_spec("ng=method_params.natgrad_lr=0.1,method_params.damping=0.3,tol=None")[1]
+    assert ng.kwargs == {"method_params": {"natgrad_lr": 0.1, "damping": 0.3}, "tol": None}
     with pytest.raises(ValueError):
         suite.parse_sgpc_spec("bad=method")
     with pytest.raises(ValueError):

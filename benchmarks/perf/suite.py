@@ -165,7 +165,8 @@ def parse_value(text: str):
 def parse_sgpc_spec(spec: str) -> tuple[str, Column]:
     """``"name=kw1=v1,kw2=v2"`` -> (name, an sgpc Column with those GPClassifier keywords).
 
-    ``"name="`` or ``"name"`` alone is GPClassifier() with defaults under another name.
+    ``"name="`` or ``"name"`` alone is GPClassifier() with defaults under another name. A dotted keyword sets one
+    entry of a dict parameter: ``"ng=method_params.natgrad_lr=0.1"`` is ``method_params={"natgrad_lr": 0.1}``.
     """
     name, _, rest = spec.partition("=")
     name = name.strip()
@@ -176,7 +177,11 @@ def parse_sgpc_spec(spec: str) -> tuple[str, Column]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--sgpc {spec!r}: {item!r} is not keyword=value")
-        kwargs[key.strip()] = parse_value(value.strip())
+        outer, dot, inner = key.strip().partition(".")
+        if dot:
+            kwargs.setdefault(outer, {})[inner] = parse_value(value.strip())
+        else:
+            kwargs[outer] = parse_value(value.strip())
     return name, Column("sgpc", _sgpc, kwargs)
 
 
