@@ -4,6 +4,7 @@ Scripts under benchmarks/paper, benchmarks/perf and benchmarks/device import it 
 sys.path; every script appends one line per fit to results/<experiment>.jsonl through :func:`write`."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -98,10 +99,22 @@ def write(experiment: str, payload: dict) -> Path:
 
 
 def read(experiment: str) -> list[dict]:
-    """The lines of results/<experiment>.jsonl (``experiment`` may also be a path to a .jsonl file), in order."""
+    """The lines of results/<experiment>.jsonl (``experiment`` may also be a path to a .jsonl file), in order.
+
+    An experiment too large to keep as text (over ~2 MB) is archived as <experiment>.jsonl.gz: its lines come
+    first, then those appended to <experiment>.jsonl since."""
     path = Path(experiment) if str(experiment).endswith(".jsonl") else RESULTS / f"{experiment}.jsonl"
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    archive = path.with_name(path.name + ".gz")
+    if not path.exists() and not archive.exists():
+        raise FileNotFoundError(f"{path} (nor {archive.name}) does not exist")
+    lines = []
+    if archive.exists():
+        with gzip.open(archive, "rt") as fh:
+            lines += [json.loads(line) for line in fh if line.strip()]
+    if path.exists():
+        with open(path) as fh:
+            lines += [json.loads(line) for line in fh if line.strip()]
+    return lines
 
 
 def pool_runs(experiments, key, keep=None) -> list[dict]:

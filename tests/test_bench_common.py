@@ -63,6 +63,21 @@ def test_read_and_pool_runs_later_line_replaces_the_same_cell(results):
     assert [r["alpha"] for r in kept] == [0.5]
 
 
+def test_read_takes_an_archived_experiment_first_then_its_new_lines(results):
+    import gzip
+    _common.write("big", {"config": {}, "runs": [{"nll": 1.0}, {"nll": 2.0}]})
+    path = results / "big.jsonl"
+    with gzip.open(results / "big.jsonl.gz", "wt") as fh:      # what archiving a large experiment does
+        fh.write(path.read_text())
+    path.unlink()
+    assert [r["nll"] for r in _common.read("big")] == [1.0, 2.0]
+    _common._written.clear()                                       # a later run (another process) ...
+    _common.write("big", {"config": {}, "runs": [{"nll": 3.0}]})  # ... appends to the plain file
+    assert [r["nll"] for r in _common.read("big")] == [1.0, 2.0, 3.0]
+    with pytest.raises(FileNotFoundError, match="nor none.jsonl.gz"):
+        _common.read("none")
+
+
 def test_sgpc_commit_names_the_commit(monkeypatch):
     monkeypatch.setenv("SGPC_COMMIT", "0123abc")
     assert _common._git_state() == ("0123abc", None)
