@@ -152,6 +152,7 @@ def _sleep_and_record(comm, folder):
     time.sleep(120)
 
 
+@pytest.mark.slow   # ~35 s of process start-up and a timed termination (`make test-slow`)
 def test_a_rank_error_is_raised_as_itself_and_a_terminated_launcher_stops_its_ranks(tmp_path):
     # a ValueError in a rank reached the CLI as torch's ProcessRaisedException (a traceback instead of
     # "sgpc fit: error: ..."); a launcher killed with SIGTERM left its ranks training to the end

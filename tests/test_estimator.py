@@ -479,6 +479,7 @@ def _has_cpp_compiler() -> bool:
 
 
 @pytest.mark.skipif(not _has_cpp_compiler(), reason="torch.compile on the CPU needs a C++ compiler (g++/c++)")
+@pytest.mark.slow   # torch.compile's first compilation: 12–20 s each on the 2 cores (`make test-slow`)
 @pytest.mark.parametrize("method", ["vi", "sep"])
 def test_a_compiled_loss_trains_as_the_eager_one(iris, method):
     # compile= replaces the loss by torch.compile's graph, and nothing else: the same objective at every step and
