@@ -159,7 +159,10 @@ class Engine:
 def write_constants(model: nn.Module, engine: Engine, state) -> None:
     """Write ``engine.model_constants(state)`` into the model's buffers (what the fit loop does after each
     update, and what a caller of ``update`` outside the loop does before predicting)."""
+    constants = engine.model_constants(state)
+    if not constants:                     # most engines: nothing to write (this runs after every update)
+        return
     buffers = dict(model.named_buffers())
-    for name, value in engine.model_constants(state).items():
+    for name, value in constants.items():
         buf = buffers[name]
         buf.copy_(torch.tensor(value, dtype=buf.dtype))

@@ -89,6 +89,14 @@ def _mix(raw_flip: torch.Tensor, n_classes: int, log_S: torch.Tensor, alpha: flo
     return torch.logaddexp(log_S + alpha * log_hit, log1mexp(log_S) + alpha * log_miss)
 
 
+def _exact_expected_log_prob(lik: Likelihood, y, mean, var):
+    """E_q[log p(y|f)] of a robust-step additive-noise likelihood: at a = 0 p(y|f) is two-valued and the
+    paper's bound is the exact expectation; for a > 0 the base class's generic default."""
+    if lik.noise_variance == 0.0:
+        return lik.expected_log_prob_bound(y, mean, var)
+    return Likelihood.expected_log_prob(lik, y, mean, var)
+
+
 class BinaryAdditiveGaussian(Likelihood):
     """Binary GPC with additive Gaussian noise (one latent function; additive-noise-gpc §II-B).
 
@@ -143,10 +151,7 @@ class BinaryAdditiveGaussian(Likelihood):
         return _mix(self.raw_flip, self.n_classes, self._log_cdf(s * F[..., 0], 0.0))
 
     def expected_log_prob(self, y, mean, var):
-        # a = 0: p(y|f) is two-valued and the bound is the exact expectation; a > 0: the generic default
-        if self.noise_variance == 0.0:
-            return self.expected_log_prob_bound(y, mean, var)
-        return super().expected_log_prob(y, mean, var)
+        return _exact_expected_log_prob(self, y, mean, var)
 
     def expected_log_prob_bound(self, y, mean, var):
         # eq. (8): Φ log(1 − δ) + (1 − Φ) log δ with Φ = Φ(s μ/√(a + ν))
@@ -217,10 +222,7 @@ class AdditiveGaussian(Likelihood):
         return _mix(self.raw_flip, self.n_classes, self._log_S0(y, F))
 
     def expected_log_prob(self, y, mean, var):
-        # a = 0: p(y|f) is two-valued and the bound is the exact expectation; a > 0: the generic default
-        if self.noise_variance == 0.0:
-            return self.expected_log_prob_bound(y, mean, var)
-        return super().expected_log_prob(y, mean, var)
+        return _exact_expected_log_prob(self, y, mean, var)
 
     def expected_log_prob_bound(self, y, mean, var):
         # eq. (18)
