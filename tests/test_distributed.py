@@ -26,7 +26,7 @@ def _data(n=90, seed=0):
 def _clf(method):
     # batch 31 does not split evenly over 2 ranks: the |B_r|/|B| weights are exercised
     return GPClassifier(method=method, n_inducing=5, batch_size=31, max_iter=15, learning_rate=0.05,
-                        random_state=0, inducing_init="random")
+                        random_state=0, inducing_params={"init": "random"})
 
 
 def _fit(comm, method, streamed):
@@ -212,7 +212,7 @@ def test_chunked_refresh_equals_one_update_on_all_rows():
     from sgpc.train import refresh
     X, y = _data(n=200)
     est = GPClassifier(method="sep", n_inducing=5, batch_size=40, max_iter=5, random_state=0,
-                       inducing_init="random").fit(X, y)
+                       inducing_params={"init": "random"}).fit(X, y)
     Xt, yt = torch.as_tensor(X), torch.as_tensor(np.searchsorted(est.classes_, y))
     engine = est._make_engine()
     whole = engine.update(est.model_, est.state_, Xt, yt, 200, torch.arange(200))

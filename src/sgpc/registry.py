@@ -30,7 +30,7 @@ from .sep import APEP, SEP
 from .vi import VI
 
 __all__ = ["Method", "METHODS", "LikelihoodEntry", "LIKELIHOODS", "KERNELS", "METHOD_OPTIONS", "LIKELIHOOD_OPTIONS",
-           "KERNEL_OPTIONS", "OPTION_GROUPS", "likelihood_name", "resolve", "make_engine", "make_likelihood",
+           "KERNEL_OPTIONS", "INDUCING_OPTIONS", "OPTIMIZER_OPTIONS", "OPTION_GROUPS", "likelihood_name", "resolve", "make_engine", "make_likelihood",
            "make_kernel", "method_table"]
 
 # -- options: the keys of the estimator's method_params, likelihood_params and kernel_params, with their defaults;
@@ -41,6 +41,10 @@ LIKELIHOOD_OPTIONS: dict[str, object] = {"epsilon": 1e-3, "learn_epsilon": False
                                          "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
 KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
                                      "shared_kernel": False}
+# the keys of inducing_params (how the inducing inputs Z start and whether they move; every method) and of
+# optimizer_params (every optimizer; lr_decay applies to "adam" only, ``train.TrainSettings``)
+INDUCING_OPTIONS: dict[str, object] = {"init": "kmeans", "learn": True, "shared": False}
+OPTIMIZER_OPTIONS: dict[str, object] = {"lr_decay": 1.0}
 
 
 def _takes(table: dict, *names: str) -> dict:
@@ -241,13 +245,15 @@ OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: METHODS[p["method"]].options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
     "kernel_params": lambda p: KERNEL_OPTIONS,
+    "inducing_params": lambda p: INDUCING_OPTIONS,
+    "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
 
 
 def resolve(params: dict) -> dict:
-    """The estimator's parameters with ``method_params``, ``likelihood_params`` and ``kernel_params`` resolved:
-    the options that the chosen method, likelihood and kernel take, their defaults updated by the dict given
-    (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
+    """The estimator's parameters with each group of options (``OPTION_GROUPS``: ``method_params``, ...,
+    ``optimizer_params``) resolved: the options that the chosen method, likelihood, kernel, inducing inputs and
+    optimizer take, their defaults updated by the dict given (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()}}
 

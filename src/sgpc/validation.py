@@ -196,19 +196,27 @@ _OPTION_CHECKS = {
     "init_lengthscale": lambda n, v: check_real(n, v, low=0.0, none="from the features' spread"),
     "init_variance": lambda n, v: check_real(n, v, low=0.0),
     "shared_kernel": check_flag,
+    "init": lambda n, v: check_choice(n, v, ("kmeans", "random")),
+    "learn": check_flag,
+    "shared": check_flag,
+    "lr_decay": lambda n, v: check_real(n, v, low=0.0, high=1.0),
 }
+# groups whose keys read as themselves in messages ("epsilon must be ..."); the others' keys are named with their
+# group ("inducing_params['init']")
+_BARE_KEYS = ("method_params", "likelihood_params", "kernel_params")
 
 
 def check_options(params: dict) -> dict:
     """The estimator's parameters ``params`` with their options resolved (``registry.resolve``), after a
-    ValueError for a ``method_params``, ``likelihood_params`` or ``kernel_params`` that is not a dict or None,
-    holds a key that the chosen method, likelihood or kernel does not take, or a value out of range."""
+    ValueError for a group of options (``method_params``, ..., ``optimizer_params``) that is not a dict or None,
+    holds a key that the chosen method, likelihood, kernel, ... does not take, or a value out of range."""
     method = params["method"]
     own = METHODS[method].own_likelihood
     owner = {"method_params": f"method={method!r}",
              "likelihood_params": f"likelihood={likelihood_name(params)!r}"
              + (f" (method={method!r} always uses it)" if own else ""),
-             "kernel_params": f"kernel={params['kernel']!r}"}
+             "kernel_params": f"kernel={params['kernel']!r}", "inducing_params": "the inducing inputs",
+             "optimizer_params": f"optimizer={params['optimizer']!r}"}
     for group, declared in OPTION_GROUPS.items():
         given = params[group]
         if given is None:
@@ -223,17 +231,17 @@ def check_options(params: dict) -> dict:
     resolved = resolve(params)
     for group in OPTION_GROUPS:
         for name, value in resolved[group].items():
-            _OPTION_CHECKS[name](name, value)
+            _OPTION_CHECKS[name](name if group in _BARE_KEYS else f"{group}[{name!r}]", value)
     return resolved
 
 
-def check_params(est) -> None:
-    """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it."""
+def check_params(est) -> dict:
+    """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it;
+    else the parameters with their options resolved (``registry.resolve``)."""
     check_choice("method", est.method, tuple(METHODS))
     check_choice("likelihood", est.likelihood, USER_LIKELIHOODS)
     check_choice("kernel", est.kernel, tuple(KERNELS))
     check_choice("dtype", est.dtype, tuple(DTYPES))
-    check_choice("inducing_init", est.inducing_init, ("kmeans", "random"))
     check_choice("compile", est.compile, COMPILE_MODES)
     caps = METHODS[est.method].capabilities
     streamable = capable("streamable")
@@ -251,10 +259,8 @@ def check_params(est) -> None:
         raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: leave "
                          "likelihood_params['learn_epsilon'] False")
     check_device(est.device)
-    for name in ("learn_inducing", "shared_inducing", "warm_start"):
-        check_flag(name, getattr(est, name))
+    check_flag("warm_start", est.warm_start)
     check_real("learning_rate", est.learning_rate, low=0.0)
-    check_real("lr_decay", est.lr_decay, low=0.0, high=1.0)
     check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
     if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
                                                                             (int, np.integer)) \
@@ -275,6 +281,7 @@ def check_params(est) -> None:
     if est.feature_extractor is not None and not caps.free_gaussian:
         raise ValueError(f"feature_extractor needs a free-Gaussian method "
                          f"({', '.join(map(repr, capable('free_gaussian')))}), got method={est.method!r}")
+    return options
 
 
 def _check_likelihood_choice(est) -> None:
