@@ -19,8 +19,8 @@ import sgpc
 from sgpc import GPClassifier, stream
 from sgpc.engine import Engine, EngineProtocol
 from sgpc import persist, validation
-from sgpc.registry import (KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS, METHODS,
-                           make_engine, make_kernel, method_table, resolve)
+from sgpc.registry import (INDUCING_OPTIONS, KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS,
+                           METHODS, OPTIMIZER_OPTIONS, make_engine, make_kernel, method_table, resolve)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -214,7 +214,8 @@ def test_guard_every_option_is_used_and_has_a_value_check():
     # an option in a table that no entry takes is dead; one without a check reaches the engine unchecked
     assert set().union(*(m.options for m in METHODS.values())) == set(METHOD_OPTIONS)
     assert set().union(*(e.options for e in LIKELIHOODS.values())) == set(LIKELIHOOD_OPTIONS)
-    assert set(validation._OPTION_CHECKS) == set(METHOD_OPTIONS) | set(LIKELIHOOD_OPTIONS) | set(KERNEL_OPTIONS)
+    assert set(validation._OPTION_CHECKS) == (set(METHOD_OPTIONS) | set(LIKELIHOOD_OPTIONS) | set(KERNEL_OPTIONS)
+                                              | set(INDUCING_OPTIONS) | set(OPTIMIZER_OPTIONS))
 
 
 def test_option_defaults_are_the_documented_ones():
@@ -225,6 +226,8 @@ def test_option_defaults_are_the_documented_ones():
                                   "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
     assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
                               "shared_kernel": False}
+    assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
+    assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 
 
 def test_resolve_merges_the_dicts_over_the_declared_defaults():
@@ -300,3 +303,23 @@ def test_a_model_file_with_the_old_flat_parameters_loads(iris, tmp_path, kw):
         assert resolve(back.get_params())[group] == resolve(est.get_params())[group]
     assert back.method_params == {k: v for k, v in _old_format_params(est.get_params()).items()
                                   if k in METHODS[est.method].options}
+
+
+def test_a_model_file_with_the_old_inducing_optimizer_and_run_arguments_loads(iris, tmp_path):
+    # files written before inducing_params/optimizer_params held inducing_init, learn_inducing, shared_inducing
+    # and lr_decay as arguments, and eval_every, checkpoint_path, checkpoint_every (now arguments of fit)
+    X, y = iris
+    kw = dict(inducing_params={"init": "random", "learn": False, "shared": True}, optimizer_params={"lr_decay": 0.9},
+              batch_size=25)
+    est = GPClassifier(**kw, n_inducing=5, max_iter=3, tol=None, random_state=0).fit(X, y)
+    est.save(tmp_path / "new.pt")
+    payload = persist.load_model(tmp_path / "new.pt")
+    for key in ("format", "version"):
+        payload.pop(key)
+    params = {k: v for k, v in payload["params"].items() if k not in ("inducing_params", "optimizer_params")}
+    payload["params"] = {**params, "inducing_init": "random", "learn_inducing": False, "shared_inducing": True,
+                         "lr_decay": 0.9, "eval_every": 7, "checkpoint_path": None, "checkpoint_every": 0}
+    persist.save_model(tmp_path / "old.pt", payload)     # what save wrote before
+    back = GPClassifier.load(tmp_path / "old.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    assert back.get_params() == est.get_params()
