@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sgpc import distributed, stream
+from sgpc import distributed, fitting, stream
 from sgpc.estimator import GPClassifier
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -104,7 +104,7 @@ def _stop_on_time(comm):
     X, y = _data()
     est = _clf("vi")
     engine, data = est._make_engine(), (torch.as_tensor(X), torch.as_tensor(y))
-    model = est._build(2, 3, torch.as_tensor(X[:5]), np.ones(2))
+    model = fitting.build_model(fitting.settings(est), 2, 3, torch.as_tensor(X[:5]), np.ones(2))
     state = engine.init(model, *data, torch.Generator().manual_seed(0))
     settings = train.TrainSettings(max_iter=100_000, batch_size=30, optimizer="adam", learning_rate=0.01,
                                    max_time=0.3 if comm.rank == 1 else 1000.0)

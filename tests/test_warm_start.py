@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sgpc import GPClassifier
+from sgpc import GPClassifier, fitting
 from sgpc.warm_start import row_keys
 
 
@@ -40,7 +40,7 @@ def test_ep_sites_follow_their_rows(method):
     new_x = np.array([[0.1, -0.2]])
     X2, y2 = np.r_[X[perm][5:], new_x], np.r_[y[perm][5:], 1]              # shuffled, 5 dropped, 1 added
     engine = est._make_engine()
-    st = est._carried_state(engine, est._tensor(X2), torch.as_tensor(y2), row_keys(X2, y2))
+    st = fitting.carried_state(est, engine, est._tensor(X2), torch.as_tensor(y2), row_keys(X2, y2))
     src = torch.as_tensor(perm[5:])
     assert torch.equal(st.c1[:-1], old.c1[src]) and torch.equal(st.V[:-1], old.V[src])
     assert st.c1[-1].abs().sum() == 0 and st.c2[-1].abs().sum() == 0    # the new row's site is zero
@@ -75,7 +75,7 @@ def test_warm_gfitc_starts_ep_from_the_converged_sites():
     old = est.state_
     X2, y2 = np.r_[X, [[0.0, 0.0]]], np.r_[y, 2]
     engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
-    carried = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    carried = fitting.carried_state(est, engine, Xt, yt, row_keys(X2, y2))
     assert torch.equal(carried.tau_k[:-1], old.tau_k) and torch.equal(carried.nu_y[:-1], old.nu_y)
     assert float(carried.tau_k[-1].abs().sum() + carried.nu_k[-1].abs().sum()) == 0.0
     # EP from the carried sites converges in fewer sweeps than from zero sites (same hyper-parameters)
@@ -131,7 +131,7 @@ def test_rmgpc_carries_gaussian_and_indicator_sites():
     old = est.state_
     X2, y2 = np.r_[X[5:], [[0.0, 0.0]]], np.r_[y[5:], 1]
     engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
-    st = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    st = fitting.carried_state(est, engine, Xt, yt, row_keys(X2, y2))
     fresh = engine.init(est.model_, Xt, yt, None)
     for name in ("tau_y", "nu_k", "q_lik", "q_prior", "a_site", "b_site", "log_Z_site"):
         assert torch.equal(getattr(st, name)[:-1], getattr(old, name)[5:]), name

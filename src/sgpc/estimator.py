@@ -70,8 +70,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             "softmax": n_samples_predict (1024), the points S of the prediction (eq. 26); softmax_predict ("qmc"):
             "qmc" (scrambled Sobol points with a fixed seed, deterministic) or "mc" (seeded Monte Carlo, the
             paper's).
+            ``likelihood`` may also be an object of ``sgpc.likelihoods`` (``registry.LIKELIHOOD_CLASSES``, the
+            hinge classes excepted) built for the data's classes, e.g. ``RobustMax(C, epsilon=0.01)``: a copy of
+            it is the initial likelihood (the argument is never modified); the method's likelihood rules apply to
+            its class, and likelihood_params must be None.
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
             "matern52+rbf" (sum; the RBF term starts at 10× the Matérn length-scale, additive-noise-gpc App. D).
+            Or, as scikit-learn's ``kernel=``, an object of ``sgpc.kernels`` (``registry.KERNEL_CLASSES``: RBF,
+            Matern, Linear, Sum) built for D inputs (the features, or the feature extractor's outputs) and L latent
+            functions, e.g. ``kernels.RBF(D, C, lengthscale=2.0, noise=1e-3)``: a copy of it is the initial kernel
+            (the argument is never modified), kernel_params must be None.
         kernel_params: the kernel's options (None: all defaults; every kernel takes these, ``registry.KERNEL_OPTIONS``):
             latent_noise (1e-3): initial variance of the additive latent noise (papers' kernel); None removes the
             term. init_lengthscale (None): initial length-scale (a number, all dimensions); None = √D × the
@@ -120,7 +128,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
     """
 
-    def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
+    def __init__(self, method: str = "vi", likelihood="robustmax", kernel="rbf",
                  method_params: dict | None = None, likelihood_params: dict | None = None,
                  kernel_params: dict | None = None, n_inducing: int = 100, inducing_params: dict | None = None,
                  optimizer: str = "adam", optimizer_params: dict | None = None, learning_rate: float = 0.01,
@@ -206,7 +214,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         # what the fitted model was built with: ``save`` writes these, not parameters set since (a
         # set_params after the fit, or a later fit that failed, wrote settings that rebuild another model
         # or none)
-        self._fitted_params_ = self.get_params(deep=False)
+        self._fitted_params_ = {k: copy.deepcopy(v) if k in ("kernel", "likelihood") else v   # objects as they were
+                                for k, v in self.get_params(deep=False).items()}
         return self
 
     def _fitted_attributes(self) -> dict:

@@ -26,8 +26,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from . import stream
 from .initialization import extractor_features, initial_lengthscales
 from .persist import load_state
-from .registry import LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, likelihood_name, make_engine, make_kernel, \
-    make_likelihood
+from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
+                       make_engine, make_kernel, make_likelihood)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params, unique_labels,
@@ -90,11 +90,12 @@ def structure(p: dict, with_device: bool = True) -> tuple:
     init_lengthscale, inducing_params' init, ...) and the engine's settings (alpha, damping, learning rate)
     may change between warm-started fits. A checkpoint resumes only the same structure, on any device
     (``with_device=False``). Options that the method, likelihood or kernel does not take read as their
-    defaults."""
+    defaults; a kernel or likelihood object reads as its class, constructor arguments and fixed values
+    (``registry.describe``)."""
     m = {**METHOD_OPTIONS, **p["method_params"]}
     lik = {**LIKELIHOOD_OPTIONS, **p["likelihood_params"]}
     kern, ind = p["kernel_params"], p["inducing_params"]
-    return (p["method"], p["likelihood"], p["kernel"], kern["latent_noise"] is None, bool(kern["shared_kernel"]),
+    return (p["method"], describe(p["likelihood"]), describe(p["kernel"]), kern["latent_noise"] is None, bool(kern["shared_kernel"]),
             bool(ind["shared"]), bool(ind["learn"]), bool(lik["learn_epsilon"]),
             None if lik["learn_epsilon"] else float(lik["epsilon"]), p["dtype"],
             *((str(p["device"]),) if with_device else ()),
@@ -196,7 +197,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     est.classes_ = classes
     if len(classes) < 2:
         raise ValueError(f"y has only one class ({classes[0]!r}); a classifier needs at least 2 classes")
-    if p["likelihood"] not in method.likelihoods and len(classes) != 2:   # a binary-only likelihood
+    if likelihood_key(p["likelihood"]) not in method.likelihoods and len(classes) != 2:   # a binary-only likelihood
         raise ValueError(f"method={p['method']!r} with likelihood={p['likelihood']!r} is the binary model (one "
                          f"latent function, probit sites); y has {len(classes)} classes: use "
                          "likelihood='robustmax' for more than 2")

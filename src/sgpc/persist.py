@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, OPTION_GROUPS
+from .registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, OPTION_GROUPS, from_spec
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
            "save_model", "load_model", "model_payload", "read_model", "current_params", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
@@ -193,12 +193,22 @@ def current_params(params: dict) -> dict:
 
 def read_model(path: str | os.PathLike) -> dict:
     """A model file's content (``load_model``) with its parameters as today's estimator arguments
-    (``current_params``); a ``ModelFileError`` when they are not a mapping."""
+    (``current_params``); a ``ModelFileError`` when they are not a mapping or do not rebuild.
+    A kernel or likelihood argument stored as a ``registry.spec`` is rebuilt (``registry.from_spec``: its class
+    from the registry's tables, never code from the file)."""
     d = load_model(path)
     params = d.get("params", {})
     if not isinstance(params, dict):
         raise ModelFileError(f"{path} is damaged: its parameters are a {type(params).__name__}, not a mapping")
-    d["params"] = current_params(params)
+    params = current_params(params)
+    try:
+        for key in ("kernel", "likelihood"):
+            if isinstance(params.get(key), dict):
+                params[key] = from_spec(params[key])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: its {key} argument does not rebuild "
+                             f"({type(exc).__name__}: {exc})") from None
+    d["params"] = params
     return d
 
 
