@@ -361,8 +361,8 @@ def test_multiclass_bsvm_predicts_with_the_posterior_mean(tmp_path):
 def test_bsvm_validation_error_uses_the_decision_rule_of_predict():
     X, y = _blobs(15, 3, sep=1.0)
     Xv, yv = _blobs(10, 3, sep=1.0, seed=1)
-    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=15, learning_rate=0.05, eval_every=5,
-                       random_state=0).fit(X, y, X_val=Xv, y_val=yv)
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=15, learning_rate=0.05,
+                       random_state=0).fit(X, y, X_val=Xv, y_val=yv, eval_every=5)
     assert est.history_["validation"][-1]["error"] == pytest.approx(np.mean(est.predict(Xv) != yv), abs=1e-12)
 
 
@@ -416,9 +416,9 @@ def test_hybrid_fits_with_dropout_follow_random_state_and_resume_exactly(tmp_pat
     assert torch.equal(torch.get_rng_state(), before)              # the caller's generator is left as it was
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
     ck = str(tmp_path / "ck.pt")
-    GPClassifier(max_iter=10, feature_extractor=net, checkpoint_path=ck, checkpoint_every=10, **kw).fit(X, y)
-    c = GPClassifier(max_iter=20, feature_extractor=net, checkpoint_path=ck, checkpoint_every=10, **kw)
-    c.fit(X, y, resume=True)
+    GPClassifier(max_iter=10, feature_extractor=net, **kw).fit(X, y, checkpoint_path=ck, checkpoint_every=10)
+    c = GPClassifier(max_iter=20, feature_extractor=net, **kw)
+    c.fit(X, y, checkpoint_path=ck, checkpoint_every=10, resume=True)
     np.testing.assert_array_equal(c.predict_proba(X), a.predict_proba(X))
 
 

@@ -142,6 +142,6 @@ def test_natural_gradients_fit_a_classifier_and_resume_exactly(iris, tmp_path):
     assert np.isfinite(full.history_["objective"]).all()
     assert full.history_["objective"][-1] > full.history_["objective"][0]
     ck = tmp_path / "ck.pt"
-    GPClassifier(**{**kw, "max_iter": 10}, checkpoint_path=str(ck), checkpoint_every=5).fit(X, y)
-    resumed = GPClassifier(**kw, checkpoint_path=str(ck), checkpoint_every=5).fit(X, y, resume=True)
+    GPClassifier(**{**kw, "max_iter": 10}).fit(X, y, checkpoint_path=str(ck), checkpoint_every=5)
+    resumed = GPClassifier(**kw).fit(X, y, checkpoint_path=str(ck), checkpoint_every=5, resume=True)
     np.testing.assert_array_equal(resumed.predict_proba(X), full.predict_proba(X))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sgpc import distributed, stream
+from sgpc import distributed, fitting, stream
 from sgpc.estimator import GPClassifier
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -26,7 +26,7 @@ def _data(n=90, seed=0):
 def _clf(method):
     # batch 31 does not split evenly over 2 ranks: the |B_r|/|B| weights are exercised
     return GPClassifier(method=method, n_inducing=5, batch_size=31, max_iter=15, learning_rate=0.05,
-                        random_state=0, inducing_init="random")
+                        random_state=0, inducing_params={"init": "random"})
 
 
 def _fit(comm, method, streamed):
@@ -104,7 +104,7 @@ def _stop_on_time(comm):
     X, y = _data()
     est = _clf("vi")
     engine, data = est._make_engine(), (torch.as_tensor(X), torch.as_tensor(y))
-    model = est._build(2, 3, torch.as_tensor(X[:5]), np.ones(2))
+    model = fitting.build_model(fitting.settings(est), 2, 3, torch.as_tensor(X[:5]), np.ones(2))
     state = engine.init(model, *data, torch.Generator().manual_seed(0))
     settings = train.TrainSettings(max_iter=100_000, batch_size=30, optimizer="adam", learning_rate=0.01,
                                    max_time=0.3 if comm.rank == 1 else 1000.0)
@@ -212,7 +212,7 @@ def test_chunked_refresh_equals_one_update_on_all_rows():
     from sgpc.train import refresh
     X, y = _data(n=200)
     est = GPClassifier(method="sep", n_inducing=5, batch_size=40, max_iter=5, random_state=0,
-                       inducing_init="random").fit(X, y)
+                       inducing_params={"init": "random"}).fit(X, y)
     Xt, yt = torch.as_tensor(X), torch.as_tensor(np.searchsorted(est.classes_, y))
     engine = est._make_engine()
     whole = engine.update(est.model_, est.state_, Xt, yt, 200, torch.arange(200))

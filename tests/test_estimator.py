@@ -112,12 +112,13 @@ def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
     # a grid search over np.arange gives np.int64 parameters; save refused them after the fit had succeeded
     X, y = iris
     clf = GPClassifier(n_inducing=np.int64(10), max_iter=np.int64(5), random_state=np.int64(3),
-                       learning_rate=np.float64(0.02), checkpoint_path=tmp_path / "ck.pt",
+                       learning_rate=np.float64(0.02), optimizer_params={"lr_decay": np.float64(1.0)},
                        device=torch.device("cpu")).fit(X, y)
     clf.save(tmp_path / "m.pt")
     back = GPClassifier.load(tmp_path / "m.pt")
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
-    assert back.n_inducing == 10 and type(back.n_inducing) is int and back.checkpoint_path == str(tmp_path / "ck.pt")
+    assert back.n_inducing == 10 and type(back.n_inducing) is int and back.device == "cpu"
+    assert type(back.optimizer_params["lr_decay"]) is float
     # every number option takes numpy scalars (init_variance=np.int64(2) and noise_variance, delta,
     # init_lengthscale as np.float32 were refused), and a model file holds them as plain numbers
     GPClassifier(**{**FAST, "max_iter": 2},
@@ -193,10 +194,10 @@ def test_validation_history_and_resume(iris, tmp_path):
     full = GPClassifier(**{**FAST, "batch_size": 50}).fit(X, y, X_val=X[:20], y_val=y[:20])
     assert full.history_["validation"][-1]["iteration"] == 30
     assert {"error", "nll"} <= set(full.history_["validation"][-1])
-    part = GPClassifier(**{**FAST, "batch_size": 50, "max_iter": 12, "checkpoint_path": ck, "checkpoint_every": 6})
-    part.fit(X, y)
-    resumed = GPClassifier(**{**FAST, "batch_size": 50, "checkpoint_path": ck, "checkpoint_every": 6})
-    resumed.fit(X, y, resume=True)
+    part = GPClassifier(**{**FAST, "batch_size": 50, "max_iter": 12})
+    part.fit(X, y, checkpoint_path=ck, checkpoint_every=6)
+    resumed = GPClassifier(**{**FAST, "batch_size": 50})
+    resumed.fit(X, y, checkpoint_path=ck, checkpoint_every=6, resume=True)
     np.testing.assert_allclose(resumed.predict_proba(X), full.predict_proba(X), rtol=0, atol=0)
 
 
@@ -309,8 +310,11 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
     for y_val in (y[:1], y[:5]):      # one label broadcast silently; five failed only at the first evaluation
         with pytest.raises(ValueError, match="X_val has 30 rows but y_val has"):
             GPClassifier(**FAST).fit(X, y, X_val=X[:30], y_val=y_val)
-    for kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"), (dict(max_iter=2.5), "max_iter must be an integer"),
-                    (dict(checkpoint_every=-3), "checkpoint_every must be >= 0"),
+    for fit_kw, msg in ((dict(eval_every=0), "eval_every must be >= 1"),
+                        (dict(checkpoint_every=-3), "checkpoint_every must be >= 0")):
+        with pytest.raises(ValueError, match=msg):
+            GPClassifier(**FAST).fit(X, y, **fit_kw)
+    for kw, msg in ((dict(max_iter=2.5), "max_iter must be an integer"),
                     (dict(kernel_params={"latent_noise": -1.0}),
                      r"latent_noise must be a finite number in \[0, ∞\) or None"),
                     (dict(device="bogus"), "unknown device 'bogus'")):
@@ -349,7 +353,7 @@ def test_a_flipped_bit_in_a_saved_model_is_detected(fitted, tmp_path):
 def test_a_failed_refit_leaves_the_fitted_estimator_as_it_was(iris, monkeypatch):
     # fit overwrote classes_, n_features_in_ and model_ before checks that can still fail: predict then gave
     # the old model's outputs under the new labels, with no error
-    from sgpc import estimator as E
+    from sgpc import fitting as E
     X, y = iris
     clf = GPClassifier(method="ep", **FAST).fit(X, np.array(["a", "b", "c"])[y])
     before = clf.predict_proba(X)
@@ -396,7 +400,11 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
 
 
 @pytest.mark.parametrize("kw,msg", [
-    (dict(learn_inducing="False"), "learn_inducing must be True or False"),      # the text switched it on
+    (dict(inducing_params={"learn": "False"}), r"inducing_params\['learn'\] must be True or False"),   # "False" is true
+    (dict(inducing_params={"init": "grid"}), r"unknown inducing_params\['init'\] 'grid'; valid: 'kmeans', 'random'"),
+    (dict(inducing_params={"shared_inducing": True}),
+     r"unknown inducing_params key 'shared_inducing' for the inducing inputs; valid: 'init', 'learn', 'shared'"),
+    (dict(optimizer_params={"decay": 0.9}), r"unknown optimizer_params key 'decay' for optimizer='adam'; valid: 'lr_decay'"),
     (dict(kernel_params={"shared_kernel": "no"}), "shared_kernel must be True or False"),
     (dict(n_inducing=True), "n_inducing must be a positive integer"),
     (dict(kernel_params={"latent_noise": True}), r"latent_noise must be a finite number"),
@@ -413,7 +421,7 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
      r"unknown likelihood_params key 'epsilon' for likelihood='hinge' \(method='bsvm' always uses it\); valid: none"),
     (dict(kernel_params={"lengthscale": 1.0}), r"unknown kernel_params key 'lengthscale' for kernel='rbf'; valid: "
                                                "'latent_noise', 'init_lengthscale', 'init_variance', 'shared_kernel'"),
-    (dict(lr_decay="0.9"), r"lr_decay must be a finite number in \(0, 1\]"),
+    (dict(optimizer_params={"lr_decay": "0.9"}), r"optimizer_params\['lr_decay'\] must be a finite number in \(0, 1\]"),
 ])
 def test_options_of_the_wrong_type_or_not_finite_are_refused(iris, kw, msg):
     X, y = iris
@@ -465,11 +473,11 @@ def test_labels_validation_rows_complex_inputs_and_checkpoint_folders_get_clear_
     with pytest.raises(ValueError, match="y_val mixes label types"):
         GPClassifier(**FAST).fit(X, y, X_val=X[:3], y_val=np.array([0, "a", 1], dtype=object))
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        GPClassifier(**FAST, checkpoint_path=str(tmp_path / "no" / "ck.pt"), checkpoint_every=50).fit(X, y)
+        GPClassifier(**FAST).fit(X, y, checkpoint_path=str(tmp_path / "no" / "ck.pt"), checkpoint_every=50)
     with pytest.raises(ValueError, match="needs checkpoint_path"):
-        GPClassifier(**FAST, checkpoint_every=5).fit(X, y)
+        GPClassifier(**FAST).fit(X, y, checkpoint_every=5)
     with pytest.warns(UserWarning, match="no checkpoint will be written"):
-        GPClassifier(**FAST, checkpoint_path=str(tmp_path / "ck.pt")).fit(X, y)
+        GPClassifier(**FAST).fit(X, y, checkpoint_path=str(tmp_path / "ck.pt"))
 
 
 def _has_cpp_compiler() -> bool:

@@ -1,6 +1,7 @@
 """Contract tests over every entry of the method registry: every method fits, predicts, saves and loads, streams
 if it declares it can, warm-starts, and passes scikit-learn's estimator checks; guards fail when a new engine or
 method is not covered."""
+import copy
 import importlib
 import inspect
 import pkgutil
@@ -18,9 +19,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import sgpc
 from sgpc import GPClassifier, stream
 from sgpc.engine import Engine, EngineProtocol
-from sgpc import persist, validation
-from sgpc.registry import (KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS, METHODS,
-                           make_engine, make_kernel, method_table, resolve)
+from sgpc import fitting, persist, registry, validation
+from sgpc.registry import (INDUCING_OPTIONS, KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS,
+                           METHODS, OPTIMIZER_OPTIONS, make_engine, make_kernel, method_table, resolve)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -214,7 +215,8 @@ def test_guard_every_option_is_used_and_has_a_value_check():
     # an option in a table that no entry takes is dead; one without a check reaches the engine unchecked
     assert set().union(*(m.options for m in METHODS.values())) == set(METHOD_OPTIONS)
     assert set().union(*(e.options for e in LIKELIHOODS.values())) == set(LIKELIHOOD_OPTIONS)
-    assert set(validation._OPTION_CHECKS) == set(METHOD_OPTIONS) | set(LIKELIHOOD_OPTIONS) | set(KERNEL_OPTIONS)
+    assert set(validation._OPTION_CHECKS) == (set(METHOD_OPTIONS) | set(LIKELIHOOD_OPTIONS) | set(KERNEL_OPTIONS)
+                                              | set(INDUCING_OPTIONS) | set(OPTIMIZER_OPTIONS))
 
 
 def test_option_defaults_are_the_documented_ones():
@@ -225,6 +227,8 @@ def test_option_defaults_are_the_documented_ones():
                                   "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
     assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
                               "shared_kernel": False}
+    assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
+    assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 
 
 def test_resolve_merges_the_dicts_over_the_declared_defaults():
@@ -295,8 +299,142 @@ def test_a_model_file_with_the_old_flat_parameters_loads(iris, tmp_path, kw):
     persist.save_model(tmp_path / "old.pt", payload)     # what save wrote before the option dicts
     back = GPClassifier.load(tmp_path / "old.pt")
     np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
-    assert back._structure() == est._structure()
+    assert fitting.structure(fitting.settings(back)) == fitting.structure(fitting.settings(est))
     for group in ("method_params", "likelihood_params", "kernel_params"):
         assert resolve(back.get_params())[group] == resolve(est.get_params())[group]
     assert back.method_params == {k: v for k, v in _old_format_params(est.get_params()).items()
                                   if k in METHODS[est.method].options}
+
+
+def test_a_model_file_with_the_old_inducing_optimizer_and_run_arguments_loads(iris, tmp_path):
+    # files written before inducing_params/optimizer_params held inducing_init, learn_inducing, shared_inducing
+    # and lr_decay as arguments, and eval_every, checkpoint_path, checkpoint_every (now arguments of fit)
+    X, y = iris
+    kw = dict(inducing_params={"init": "random", "learn": False, "shared": True}, optimizer_params={"lr_decay": 0.9},
+              batch_size=25)
+    est = GPClassifier(**kw, n_inducing=5, max_iter=3, tol=None, random_state=0).fit(X, y)
+    est.save(tmp_path / "new.pt")
+    payload = persist.load_model(tmp_path / "new.pt")
+    for key in ("format", "version"):
+        payload.pop(key)
+    params = {k: v for k, v in payload["params"].items() if k not in ("inducing_params", "optimizer_params")}
+    payload["params"] = {**params, "inducing_init": "random", "learn_inducing": False, "shared_inducing": True,
+                         "lr_decay": 0.9, "eval_every": 7, "checkpoint_path": None, "checkpoint_every": 0}
+    persist.save_model(tmp_path / "old.pt", payload)     # what save wrote before
+    back = GPClassifier.load(tmp_path / "old.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    assert back.get_params() == est.get_params()
+
+
+# -- kernel= and likelihood= objects ---------------------------------------------------------------------------
+def _object_cases():
+    """(estimator arguments with objects, the same model by name and options, binary data?)."""
+    from sgpc import kernels as K
+    from sgpc.likelihoods import AdditiveGaussian, BinaryAdditiveGaussian, RobustMax, Softmax
+    return [
+        (dict(kernel=K.RBF(4, 3, lengthscale=2.0, noise=1e-3)), dict(kernel_params={"init_lengthscale": 2.0}), False),
+        (dict(kernel=K.Matern(4, 3, nu=1.5, lengthscale=1.5, variance=2.0, noise=None, shared=True)),
+         dict(kernel="matern32", kernel_params={"init_lengthscale": 1.5, "init_variance": 2.0, "latent_noise": None,
+                                                "shared_kernel": True}), False),
+        (dict(kernel=K.Sum(K.Matern(4, 3, nu=2.5, lengthscale=1.5, noise=1e-3), K.RBF(4, 3, lengthscale=15.0))),
+         dict(kernel="matern52+rbf", kernel_params={"init_lengthscale": 1.5}), False),
+        (dict(likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
+         dict(likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
+        (dict(likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(likelihood="probit"), False),
+        (dict(likelihood=Softmax(3)), dict(likelihood="softmax"), False),
+        (dict(method="ep", likelihood=BinaryAdditiveGaussian(2.897, 0.01, learn_delta=False)),
+         dict(method="ep", likelihood="logit", likelihood_params={"delta": 0.01, "learn_delta": False}), True),
+        (dict(method="pep", likelihood=RobustMax(2), kernel=K.Linear(4, 2, lengthscale=3.0, noise=None)),
+         dict(method="pep", kernel="linear", kernel_params={"init_lengthscale": 3.0, "latent_noise": None}), True),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_object_cases())))
+def test_kernel_and_likelihood_objects_fit_as_their_names_save_load_and_clone(iris, case, tmp_path):
+    from sklearn.base import clone
+    X, y = iris
+    X = X[:, :4]
+    with_objects, by_name, binary = _object_cases()[case]
+    if binary:
+        y = (y > 0).astype(int)
+    kw = dict(n_inducing=6, max_iter=6, tol=None, random_state=0)
+    given = {k: v for k, v in with_objects.items() if k in ("kernel", "likelihood")}
+    before = {k: (copy.deepcopy(v.state_dict()), {a: b for a, b in vars(v).items() if not a.startswith("_")})
+              for k, v in given.items()}
+    est = GPClassifier(**with_objects, **kw).fit(X, y)
+    expected = GPClassifier(**by_name, **kw).fit(X, y)
+    np.testing.assert_array_equal(est.predict_proba(X), expected.predict_proba(X))     # bitwise: the same fit
+    for k, obj in given.items():                                       # the arguments were not trained in place
+        assert getattr(est, k) is obj
+        state, attrs = before[k]
+        assert state.keys() == obj.state_dict().keys()
+        assert all(torch.equal(state[n], obj.state_dict()[n]) for n in state)
+        assert {a: b for a, b in vars(obj).items() if not a.startswith("_")}.keys() == attrs.keys()
+        assert getattr(est.model_, k) is not obj
+    twin = clone(est)
+    for k, obj in given.items():
+        assert getattr(twin, k) is not obj and registry.describe(getattr(twin, k)) == registry.describe(obj)
+    np.testing.assert_array_equal(twin.fit(X, y).predict_proba(X), est.predict_proba(X))
+    est.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    for k, obj in given.items():
+        assert type(getattr(back, k)) is type(obj) and registry.describe(getattr(back, k)) == registry.describe(obj)
+        assert all(torch.equal(v, getattr(back, k).state_dict()[n]) for n, v in obj.state_dict().items())
+    np.testing.assert_array_equal(back.fit(X, y).predict_proba(X), est.predict_proba(X))   # it refits the same
+    est.set_params(warm_start=True).fit(X, y)                          # the same objects: the fit continues
+    assert est.warm_started_
+
+
+def test_kernel_and_likelihood_objects_that_do_not_fit_are_refused(iris):
+    from sgpc import kernels as K
+    from sgpc.likelihoods import MulticlassHinge, RobustMax, Softmax
+
+    class MyRBF(K.RBF):
+        pass
+    X, y = iris
+    refused = [
+        (dict(kernel=RobustMax(3)), "kernel must be a name .* or an object of a class of sgpc.kernels"),
+        (dict(kernel=MyRBF(4, 3)), "kernel must be a name .* got MyRBF"),
+        (dict(likelihood=K.RBF(4, 3)), "likelihood must be a name .* or an object of a class of sgpc.likelihoods"),
+        (dict(likelihood=MulticlassHinge(3)), "likelihood must be a name"),        # bsvm's own
+        (dict(method="bsvm", likelihood=RobustMax(3)), "method='bsvm' always uses its own hinge likelihood"),
+        (dict(method="ep", likelihood=Softmax(3)), "works with method='vi'"),
+        (dict(kernel=K.RBF(4, 3), kernel_params={"init_variance": 2.0}), "pass kernel_params=None"),
+        (dict(likelihood=RobustMax(3), likelihood_params={"epsilon": 0.1}), "pass likelihood_params=None"),
+        (dict(method="rmgpc", optimizer="lbfgs", likelihood=RobustMax(3, learn_epsilon=True)),
+         "leave likelihood_params\\['learn_epsilon'\\] False"),
+    ]
+    for kw, msg in refused:
+        with pytest.raises(ValueError, match=msg):
+            validation.check_params(GPClassifier(**kw))
+    with pytest.raises(ValueError, match="input_dim=2, n_latent=3; this fit needs input_dim=4"):
+        GPClassifier(kernel=K.RBF(2, 3), n_inducing=4, max_iter=1).fit(X, y)
+    with pytest.raises(ValueError, match="is for 4 classes; y has 3"):
+        GPClassifier(likelihood=RobustMax(4), n_inducing=4, max_iter=1).fit(X, y)
+
+
+def test_guard_every_kernel_and_likelihood_class_rebuilds_from_its_spec():
+    # a class missing from the tables cannot be a kernel=/likelihood= object; a config that misses a constructor
+    # argument rebuilds another object from a model file
+    from sgpc import kernels as K, likelihoods as Lk
+    exported = {n for n in K.__all__ if isinstance(getattr(K, n), type) and n != "Kernel"}
+    assert exported == set(registry.KERNEL_CLASSES)
+    assert {n for n in Lk.__all__ if n != "Likelihood"} == set(registry.LIKELIHOOD_CLASSES)
+    odd = dict(n_quadrature=7, n_samples=99, max_grid=77)           # non-default values of every argument
+    examples = [K.RBF(3, 2, shared=True, lengthscale=0.7, variance=2.0, noise=None, ard=False),
+                K.Matern(3, 2, nu=0.5, lengthscale=[0.5, 1.0, 2.0], noise=0.2), K.Linear(3, 1, variance=3.0),
+                K.Sum(K.Matern(3, 2, nu=1.5), K.RBF(3, 2, noise=None)),
+                Lk.RobustMax(4, 0.2, learn_epsilon=True, n_points=9, n_points_predict=11, **odd),
+                Lk.AdditiveGaussian(4, 0.5, 0.3, learn_delta=False, n_points=9, n_points_predict=11, **odd),
+                Lk.BinaryAdditiveGaussian(0.5, 0.2, learn_delta=False, **odd),
+                Lk.Softmax(4, n_samples_predict=17, predict_rule="mc", seed=5, **odd), Lk.BinarySoftmax(**odd),
+                Lk.MulticlassHinge(4, n_points_predict=13, **odd), Lk.BinaryHinge(**odd)]
+    assert {type(e).__name__ for e in examples} == set(registry.KERNEL_CLASSES) | set(registry.LIKELIHOOD_CLASSES)
+    for obj in examples:
+        back = registry.from_spec(registry.spec(obj))
+        assert type(back) is type(obj) and registry.describe(back) == registry.describe(obj)
+        assert {k: v for k, v in vars(back).items() if not isinstance(v, dict)} == \
+            {k: v for k, v in vars(obj).items() if not isinstance(v, dict)}
+        assert dict(back.named_parameters()).keys() == dict(obj.named_parameters()).keys()
+        assert all(torch.equal(v, back.state_dict()[k]) for k, v in obj.state_dict().items())

@@ -101,7 +101,7 @@ def test_one_prior_fast_path_equals_the_per_latent_computation(method, monkeypat
     X = rng.normal(size=(60, 2))
     y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
     kw = dict(method=method, n_inducing=6, max_iter=15, learning_rate=0.05, random_state=0,
-              kernel_params={"shared_kernel": True}, shared_inducing=True)
+              kernel_params={"shared_kernel": True}, inducing_params={"shared": True})
     fast = GPClassifier(**kw).fit(X, y)
     assert fast.model_.one_prior and fast.model_.chol_Kuu().stride(0) == 0      # really a broadcast view
     monkeypatch.setattr(SparseGP, "one_prior", property(lambda self: False))

@@ -163,7 +163,7 @@ def test_bottom_k_sample_is_uniform_over_blocks():
 
 def _clf(method="vi", **kw):
     kw = {"max_iter": 12, "batch_size": 32, **kw}
-    return GPClassifier(method=method, n_inducing=6, learning_rate=0.05, random_state=0, inducing_init="random", **kw)
+    return GPClassifier(method=method, n_inducing=6, learning_rate=0.05, random_state=0, inducing_params={"init": "random"}, **kw)
 
 
 @pytest.mark.parametrize("method", ["vi", "sep", "apep", "arpep", "rpapep"])
@@ -257,8 +257,8 @@ def test_streamed_checkpoint_resume_is_exact(tmp_path):
     src = stream.NpySource(X, y, block_rows=50)
     ck = str(tmp_path / "ck.pt")
     full = _clf("sep", max_iter=20).fit(src)
-    _clf("sep", max_iter=13, checkpoint_path=ck, checkpoint_every=13).fit(src)      # 13: mid-epoch
-    resumed = _clf("sep", max_iter=20, checkpoint_path=ck, checkpoint_every=0).fit(src, resume=True)
+    _clf("sep", max_iter=13).fit(src, checkpoint_path=ck, checkpoint_every=13)      # 13: mid-epoch
+    resumed = _clf("sep", max_iter=20).fit(src, checkpoint_path=ck, checkpoint_every=0, resume=True)
     for k, v in full.model_.state_dict().items():
         torch.testing.assert_close(resumed.model_.state_dict()[k], v, rtol=0, atol=0)
     torch.testing.assert_close(resumed.state_.Lam, full.state_.Lam, rtol=0, atol=0)
@@ -266,7 +266,7 @@ def test_streamed_checkpoint_resume_is_exact(tmp_path):
     # the position counts batches: under another batch size the epoch would skip or repeat rows
     from sgpc.persist import CheckpointError
     with pytest.raises(CheckpointError, match="batch_size=32, this fit uses 20"):
-        _clf("sep", max_iter=20, batch_size=20, checkpoint_path=ck).fit(src, resume=True)
+        _clf("sep", max_iter=20, batch_size=20).fit(src, checkpoint_path=ck, resume=True)
 
 
 def test_streaming_errors(tmp_path):

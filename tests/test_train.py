@@ -299,14 +299,15 @@ def test_resume_on_other_rows_or_another_kernel_is_refused(tmp_path):
     X = g.normal(size=(60, 3))
     y = np.arange(60) % 3
     ck = str(tmp_path / "ck.pt")
-    kw = dict(method="ep", n_inducing=10, random_state=0, checkpoint_path=ck, checkpoint_every=2)
-    GPClassifier(max_iter=4, **kw).fit(X, y)
+    kw = dict(method="ep", n_inducing=10, random_state=0)
+    run = dict(checkpoint_path=ck, checkpoint_every=2)
+    GPClassifier(max_iter=4, **kw).fit(X, y, **run)
     for Xr, yr in ((X[:50], y[:50]), (X[::-1], y[::-1])):
         with pytest.raises(CheckpointError, match="other data"):
-            GPClassifier(max_iter=8, **kw).fit(Xr, yr, resume=True)
+            GPClassifier(max_iter=8, **kw).fit(Xr, yr, **run, resume=True)
     with pytest.raises(CheckpointError, match="another model"):
-        GPClassifier(max_iter=8, kernel="matern52", **kw).fit(X, y, resume=True)
-    GPClassifier(max_iter=8, **kw).fit(X, y, resume=True)          # the same rows resume
+        GPClassifier(max_iter=8, kernel="matern52", **kw).fit(X, y, **run, resume=True)
+    GPClassifier(max_iter=8, **kw).fit(X, y, **run, resume=True)          # the same rows resume
 
 
 def test_lr_decay_is_per_pass_when_the_batch_does_not_divide_the_rows(tmp_path):

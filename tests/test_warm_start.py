@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sgpc import GPClassifier
+from sgpc import GPClassifier, fitting
 from sgpc.warm_start import row_keys
 
 
@@ -40,7 +40,7 @@ def test_ep_sites_follow_their_rows(method):
     new_x = np.array([[0.1, -0.2]])
     X2, y2 = np.r_[X[perm][5:], new_x], np.r_[y[perm][5:], 1]              # shuffled, 5 dropped, 1 added
     engine = est._make_engine()
-    st = est._carried_state(engine, est._tensor(X2), torch.as_tensor(y2), row_keys(X2, y2))
+    st = fitting.carried_state(est, engine, est._tensor(X2), torch.as_tensor(y2), row_keys(X2, y2))
     src = torch.as_tensor(perm[5:])
     assert torch.equal(st.c1[:-1], old.c1[src]) and torch.equal(st.V[:-1], old.V[src])
     assert st.c1[-1].abs().sum() == 0 and st.c2[-1].abs().sum() == 0    # the new row's site is zero
@@ -75,7 +75,7 @@ def test_warm_gfitc_starts_ep_from_the_converged_sites():
     old = est.state_
     X2, y2 = np.r_[X, [[0.0, 0.0]]], np.r_[y, 2]
     engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
-    carried = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    carried = fitting.carried_state(est, engine, Xt, yt, row_keys(X2, y2))
     assert torch.equal(carried.tau_k[:-1], old.tau_k) and torch.equal(carried.nu_y[:-1], old.nu_y)
     assert float(carried.tau_k[-1].abs().sum() + carried.nu_k[-1].abs().sum()) == 0.0
     # EP from the carried sites converges in fewer sweeps than from zero sites (same hyper-parameters)
@@ -131,7 +131,7 @@ def test_rmgpc_carries_gaussian_and_indicator_sites():
     old = est.state_
     X2, y2 = np.r_[X[5:], [[0.0, 0.0]]], np.r_[y[5:], 1]
     engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)
-    st = est._carried_state(engine, Xt, yt, row_keys(X2, y2))
+    st = fitting.carried_state(est, engine, Xt, yt, row_keys(X2, y2))
     fresh = engine.init(est.model_, Xt, yt, None)
     for name in ("tau_y", "nu_k", "q_lik", "q_prior", "a_site", "b_site", "log_Z_site"):
         assert torch.equal(getattr(st, name)[:-1], getattr(old, name)[5:]), name
@@ -154,7 +154,8 @@ def test_saved_model_keeps_its_row_keys(tmp_path):
 
 @pytest.mark.parametrize("change", [dict(kernel="matern52"), dict(kernel_params={"latent_noise": None}),
                                     dict(kernel_params={"shared_kernel": True}),
-                                    dict(shared_inducing=True), dict(dtype="float32"), dict(learn_inducing=False),
+                                    dict(inducing_params={"shared": True}), dict(dtype="float32"),
+                                    dict(inducing_params={"learn": False}),
                                     dict(likelihood_params={"learn_epsilon": True}),
                                     dict(likelihood_params={"epsilon": 0.05})])
 def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change, tmp_path):
@@ -170,7 +171,7 @@ def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change
     est.save(tmp_path / "m.pt")
     loaded = GPClassifier.load(tmp_path / "m.pt")
     np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
-    assert est.model_.Z.requires_grad == est.learn_inducing
+    assert est.model_.Z.requires_grad == (est.inducing_params or {}).get("learn", True)
 
 
 def test_initial_values_and_engine_settings_do_not_stop_a_warm_start():
@@ -187,23 +188,25 @@ def test_a_checkpoint_resumes_only_the_fit_it_was_written_for(tmp_path):
     from sgpc.persist import CheckpointError
     X, y = _blobs(10)
     ck = str(tmp_path / "ck.pt")
-    base = dict(n_inducing=5, random_state=0, checkpoint_path=ck, checkpoint_every=4, max_iter=4)
+    base = dict(n_inducing=5, random_state=0, max_iter=4)
+    run = dict(checkpoint_path=ck, checkpoint_every=4)
     half = {"alpha": 0.5}
-    GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **base).fit(X, y)
+    GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **base).fit(X, y, **run)
     changes = [dict(method="rpapep", method_params=half, learning_rate=0.05),
                dict(method="arpep", method_params=half, learning_rate=0.05, likelihood_params={"epsilon": 0.1}),
                dict(method="arpep", method_params=half, learning_rate=0.05, optimizer="adaptive"),
                dict(method="arpep", method_params=half, learning_rate=0.1)]
     for change, message in zip(changes, ["another model", "another model", "optimizer='adam'", "learning_rate=0.05"]):
         with pytest.raises(CheckpointError, match=message):
-            GPClassifier(**{**base, "max_iter": 8, **change}).fit(X, y, resume=True)
+            GPClassifier(**{**base, "max_iter": 8, **change}).fit(X, y, **run, resume=True)
     with pytest.raises(CheckpointError, match="iteration 4, beyond this fit's 2"):
-        GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **{**base, "max_iter": 2}).fit(X, y,
-                                                                                                      resume=True)
+        GPClassifier(method="arpep", method_params=half, learning_rate=0.05, **{**base, "max_iter": 2}).fit(
+            X, y, **run, resume=True)
     yb = (y > 0).astype(int)
-    GPClassifier(method="vi", likelihood="probit", learning_rate=0.05, **base).fit(X, yb)
+    GPClassifier(method="vi", likelihood="probit", learning_rate=0.05, **base).fit(X, yb, **run)
     with pytest.raises(CheckpointError, match="another model"):
-        GPClassifier(method="vi", likelihood="logit", learning_rate=0.05, **{**base, "max_iter": 8}).fit(X, yb, resume=True)
+        GPClassifier(method="vi", likelihood="logit", learning_rate=0.05, **{**base, "max_iter": 8}).fit(X, yb, **run,
+                                                                                                         resume=True)
 
 
 def test_a_resumed_warm_start_equals_the_uninterrupted_one_on_small_scale_features(tmp_path):
@@ -215,8 +218,8 @@ def test_a_resumed_warm_start_equals_the_uninterrupted_one_on_small_scale_featur
     base = dict(method="vi", n_inducing=5, random_state=0, learning_rate=0.05)
     start = lambda: GPClassifier(max_iter=5, **base).fit(X, y)
     whole = start().set_params(warm_start=True, max_iter=8).fit(X, y)
-    cut = start().set_params(warm_start=True, max_iter=4, checkpoint_path=ck, checkpoint_every=4).fit(X, y)
-    cut.set_params(max_iter=8).fit(X, y, resume=True)
+    cut = start().set_params(warm_start=True, max_iter=4).fit(X, y, checkpoint_path=ck, checkpoint_every=4)
+    cut.set_params(max_iter=8).fit(X, y, checkpoint_path=ck, checkpoint_every=4, resume=True)
     np.testing.assert_array_equal(cut.predict_proba(X), whole.predict_proba(X))
 
 
@@ -227,16 +230,16 @@ def test_damaged_checkpoints_and_model_files_are_refused_clearly(tmp_path):
     from sgpc.persist import CheckpointError, digest
     X, y = _blobs(10)
     ck = tmp_path / "ck.pt"
-    est = GPClassifier(method="vi", n_inducing=5, random_state=0, max_iter=4, learning_rate=0.05,
-                       checkpoint_path=str(ck), checkpoint_every=4).fit(X, y)
+    run = dict(checkpoint_path=str(ck), checkpoint_every=4)
+    est = GPClassifier(method="vi", n_inducing=5, random_state=0, max_iter=4, learning_rate=0.05).fit(X, y, **run)
     d = torch.load(ck, weights_only=True)
     d["model"]["Z"][0, 0, 0] += 1e-3
     torch.save(d, ck)
-    resume = lambda: GPClassifier(**{**est.get_params(), "max_iter": 8}).fit(X, y, resume=True)
+    resume = lambda: GPClassifier(**{**est.get_params(), "max_iter": 8}).fit(X, y, **run, resume=True)
     with pytest.raises(CheckpointError, match="does not match its checksum"):
         resume()
     for key, value in (("generator", 1), ("history", []), ("last_good", [torch.zeros(1)]), ("fingerprint", "x")):
-        est.fit(X, y)                                    # a fresh, valid checkpoint
+        est.fit(X, y, **run)                             # a fresh, valid checkpoint
         d = torch.load(ck, weights_only=True)
         d.pop("checksum")
         d[key] = value

@@ -53,7 +53,7 @@ def fit(comm, method: str, device: str) -> dict:
     X, y = _data()
     dev = _rank_device(device, 0 if comm is None else comm.rank)
     est = GPClassifier(method=method, n_inducing=5, batch_size=31, max_iter=15, learning_rate=0.05,
-                       random_state=0, inducing_init="random", device=dev).fit(X, y, comm=comm)
+                       random_state=0, inducing_params={"init": "random"}, device=dev).fit(X, y, comm=comm)
     out = {k: v.detach().cpu().clone() for k, v in est.model_.state_dict().items()}
     out["q_mean"], out["q_chol"] = est.posterior_.mean.cpu().clone(), est.posterior_.chol.cpu().clone()
     out["objective"] = torch.tensor(est.history_["objective"], dtype=torch.float64)

@@ -47,11 +47,11 @@ def main():
         for lik in args.likelihoods:
             for learn in (False, True):
                 est = GPClassifier(tol=None, method="vi", likelihood=lik, n_inducing=args.n_inducing, batch_size=args.batch_size,
-                                   learning_rate=args.lr, max_iter=args.iterations, eval_every=args.eval_every,
+                                   learning_rate=args.lr, max_iter=args.iterations,
                                    kernel_params=dict(init_lengthscale=0.1 * math.sqrt(D), init_variance=5.0,
                                                       latent_noise=None),
                                    likelihood_params=dict(delta=args.delta, learn_delta=learn), random_state=0)
-                est.fit(X_tr, y_tr, X_val=X_te, y_val=y_te)
+                est.fit(X_tr, y_tr, X_val=X_te, y_val=y_te, eval_every=args.eval_every)
                 with torch.no_grad():
                     mu, nu = marginals(est.model_, est.posterior_, est._tensor(X_te))
                 curve = [dict(iteration=v["iteration"], accuracy=1 - v["error"], nll=v["nll"])

@@ -86,7 +86,7 @@ def main():
                 cold = args.cold and method in ("pep", "apep")
                 if cold:
                     first = refit = args.cold_iters
-                est = GPClassifier(tol=None, method=method, method_params={"alpha": alpha}, n_inducing=args.inducing, inducing_init="random",
+                est = GPClassifier(tol=None, method=method, method_params={"alpha": alpha}, n_inducing=args.inducing, inducing_params={"init": "random"},
                                    optimizer=opt, learning_rate=lr, max_iter=first, random_state=rep)
                 for policy, acquisition in POLICIES.items():
                     t0 = time.perf_counter()

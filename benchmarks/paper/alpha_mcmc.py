@@ -80,7 +80,7 @@ def main():
             M = max(1, int(round(args.fraction * len(Xtr))))
             fits = {}
             for alpha in args.alphas:
-                clf = GPClassifier(tol=None, method="pep", method_params={"alpha": alpha}, n_inducing=M, inducing_init="random", optimizer="adaptive",
+                clf = GPClassifier(tol=None, method="pep", method_params={"alpha": alpha}, n_inducing=M, inducing_params={"init": "random"}, optimizer="adaptive",
                                    learning_rate=0.1, max_iter=args.iters, random_state=seed)
                 t0 = time.perf_counter()
                 clf.fit(Xtr, ytr)
@@ -92,8 +92,8 @@ def main():
                       f"t={t:.0f}s", flush=True)
             ep = fits[1.0]
             if args.hyper == "full":
-                ep = GPClassifier(tol=None, method="pep", method_params={"alpha": 1.0}, n_inducing=len(Xtr), inducing_init="random",
-                                  learn_inducing=False, optimizer="adaptive", learning_rate=0.1, max_iter=args.iters,
+                ep = GPClassifier(tol=None, method="pep", method_params={"alpha": 1.0}, n_inducing=len(Xtr),
+                                  inducing_params={"init": "random", "learn": False}, optimizer="adaptive", learning_rate=0.1, max_iter=args.iters,
                                   random_state=seed)
                 t0 = time.perf_counter()
                 ep.fit(Xtr, ytr)

@@ -63,10 +63,10 @@ def main():
             for method, a in jobs:
                 opt, lr = OPT.get(method, ("lbfgs", 1.0))
                 extra = {} if a is None else {"method_params": {"alpha": a}}
-                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", optimizer=opt,
-                                   learning_rate=lr, max_iter=args.iters, eval_every=args.eval_every,
+                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, optimizer=opt,
+                                   learning_rate=lr, max_iter=args.iters,
                                    random_state=seed, **extra)
-                clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)
+                clf.fit(Xtr, ytr, X_val=Xte, y_val=yte, eval_every=args.eval_every)
                 v = clf.history_["validation"]
                 curves.append({"method": method, "alpha": a, "M": M, "seed": seed, "time": [r["time"] for r in v],
                                "nll": [r["nll"] for r in v], "error": [r["error"] for r in v],

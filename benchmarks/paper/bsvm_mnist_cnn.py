@@ -118,9 +118,9 @@ def main():
     torch.manual_seed(args.seed)
     hybrid = GPClassifier(tol=None, method="bsvm", feature_extractor=EXTRACTORS[args.extractor](), n_inducing=args.inducing, dtype="float32",
                           batch_size=args.batch, n_epochs=args.epochs, learning_rate=args.lr,
-                          eval_every=eval_every, random_state=args.seed, verbose=0)
+                          random_state=args.seed, verbose=0)
     t0 = time.perf_counter()
-    hybrid.fit(Xtr, ytr, X_val=Xte, y_val=yte)
+    hybrid.fit(Xtr, ytr, X_val=Xte, y_val=yte, eval_every=eval_every)
     wall = time.perf_counter() - t0
     per_epoch = len(Xtr) // args.batch
     h_hist = [{"iteration": r["iteration"], "epoch": r["iteration"] / per_epoch, "time": r["time"],

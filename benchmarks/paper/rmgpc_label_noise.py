@@ -48,7 +48,7 @@ def run(name, method, noise, seed, iters, max_full, vi_iters=300):
     opt = dict(optimizer="adam", learning_rate=0.05, max_iter=vi_iters,
                likelihood_params={"learn_epsilon": True}) if method == "vi" \
         else dict(optimizer="lbfgs", learning_rate=1.0, max_iter=iters)
-    clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", random_state=seed, **opt)
+    clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, random_state=seed, **opt)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -42,10 +42,10 @@ def main():
         for M in args.ms:
             for method in args.methods:
                 opt, lr = OPTIMIZER[method]
-                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_init="random", optimizer=opt,
-                                   learning_rate=lr, max_iter=args.iters, eval_every=args.eval_every,
+                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, optimizer=opt,
+                                   learning_rate=lr, max_iter=args.iters,
                                    random_state=seed)
-                clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)
+                clf.fit(Xtr, ytr, X_val=Xte, y_val=yte, eval_every=args.eval_every)
                 v = clf.history_["validation"]
                 curves.append({"method": method, "M": M, "seed": seed, "time": [r["time"] for r in v],
                                "nll": [r["nll"] for r in v], "error": [r["error"] for r in v]})

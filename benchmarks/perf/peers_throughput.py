@@ -83,15 +83,16 @@ def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     import numpy as np
     import torch
     from sgpc.estimator import GPClassifier
+    from sgpc import fitting
     from sgpc.sparse import predict_log_proba
     from sgpc.train import TrainSettings, fit
     compiled = method.endswith("-compiled")
     base, _, nodes = method.removesuffix("-compiled").partition("-gh")   # "-gh20": the integral on 20 nodes
     shared = base.endswith("-shared")          # GPflow's model: one Z [M,D] and one kernel for all classes
     est = GPClassifier(tol=None, method=base.removesuffix("-shared"), n_inducing=M, batch_size=B,
-                       shared_inducing=shared, kernel_params={"shared_kernel": shared}, device=device, dtype=dtype)
+                       inducing_params={"shared": shared}, kernel_params={"shared_kernel": shared}, device=device, dtype=dtype)
     D = X.shape[1]
-    model = est._build(D, C, _inducing(X, M), math.sqrt(D) * np.ones(D))
+    model = fitting.build_model(fitting.settings(est), D, C, _inducing(X, M), math.sqrt(D) * np.ones(D))
     if nodes:
         model.likelihood.n_points = int(nodes)
     engine = est._make_engine()

@@ -54,14 +54,13 @@ def _gp(kind, args, iters, comm=None):
     train, Xt, yt, _ = _sources(args)
     method, _, likelihood = kind.partition(":")          # e.g. "vi:softmax" (additive-noise-gpc Fig. 3)
     clf = GPClassifier(tol=None, method=method, likelihood=likelihood or "robustmax", n_inducing=args.M,
-                       batch_size=args.batch, max_iter=iters, learning_rate=args.lr, random_state=0,
-                       eval_every=args.eval_every)
+                       batch_size=args.batch, max_iter=iters, learning_rate=args.lr, random_state=0)
     t0 = time.perf_counter()
     if args.in_memory:      # i.i.d. minibatches from arrays (the file is in time order; blocks are months)
         X, y = map(np.concatenate, zip(*stream.iter_rows(train)))
-        clf.fit(X, y, X_val=Xt, y_val=yt, comm=comm)
+        clf.fit(X, y, X_val=Xt, y_val=yt, eval_every=args.eval_every, comm=comm)
     else:
-        clf.fit(train, X_val=Xt, y_val=yt, comm=comm)
+        clf.fit(train, X_val=Xt, y_val=yt, eval_every=args.eval_every, comm=comm)
     h = clf.history_
     ms = 1e3 * h["time"][-1] / clf.n_iter_
     return {"method": kind, "iterations": clf.n_iter_, "ms_per_iter": ms,

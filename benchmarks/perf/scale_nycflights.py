@@ -61,9 +61,9 @@ def main():
     print(runs[-1], flush=True)
     for method in args.methods:
         clf = GPClassifier(tol=None, method=method, n_inducing=args.M, batch_size=args.batch, max_iter=args.iters,
-                           learning_rate=args.lr, random_state=0, eval_every=args.eval_every)
+                           learning_rate=args.lr, random_state=0)
         t0 = time.perf_counter()
-        clf.fit(Xtr, ytr, X_val=Xte, y_val=yte)
+        clf.fit(Xtr, ytr, X_val=Xte, y_val=yte, eval_every=args.eval_every)
         h = clf.history_
         runs.append({"method": method, "iterations": clf.n_iter_, "train_seconds": h["time"][-1],
                      "wall_seconds": time.perf_counter() - t0, "ms_per_iter": 1e3 * h["time"][-1] / clf.n_iter_,

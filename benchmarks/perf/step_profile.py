@@ -35,11 +35,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     from sgpc.estimator import GPClassifier
+    from sgpc import fitting
     X, y, _, _, C = _data(args.set)
     est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=200,
-                       shared_inducing=args.shared, kernel_params={"shared_kernel": args.shared})
+                       inducing_params={"shared": args.shared}, kernel_params={"shared_kernel": args.shared})
     D = X.shape[1]
-    model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
+    model = fitting.build_model(fitting.settings(est), D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()
     Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
     g = torch.Generator().manual_seed(0)

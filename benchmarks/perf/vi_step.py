@@ -121,16 +121,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import sgpc
     from sgpc.estimator import GPClassifier
+    from sgpc import fitting
+    from sgpc.validation import DTYPES
     from sgpc.train import _compiled
     X, y, _, _, C = _data(args.set)
     full = args.b == 0
     est = GPClassifier(tol=None, method=args.method, n_inducing=args.m, batch_size=None if full else args.b,
-                       shared_inducing=args.shared, kernel_params={"shared_kernel": args.shared}, device=args.device,
+                       inducing_params={"shared": args.shared}, kernel_params={"shared_kernel": args.shared}, device=args.device,
                        dtype=args.dtype, method_params=None if args.alpha is None else {"alpha": args.alpha})
     D = X.shape[1]
-    model = est._build(D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
+    model = fitting.build_model(fitting.settings(est), D, C, _inducing(X, args.m), math.sqrt(D) * np.ones(D))
     engine = est._make_engine()
-    Xt = torch.as_tensor(X, dtype=est._torch_dtype(), device=args.device)
+    Xt = torch.as_tensor(X, dtype=DTYPES[est.dtype], device=args.device)
     yt = torch.as_tensor(y, device=args.device)
     g = torch.Generator().manual_seed(0)
     cuda = args.device.startswith("cuda")

@@ -44,7 +44,7 @@ import torch
 
 from . import __version__, datasets, metrics, tabular
 from .estimator import GPClassifier
-from .registry import METHODS
+from .registry import METHODS, OPTIMIZER_OPTIONS
 
 __all__ = ["main", "build_parser", "SIDECAR_SUFFIX"]
 
@@ -57,7 +57,8 @@ _DEFAULTS = GPClassifier().get_params()  # the estimator's defaults are the CLI'
 # (≈ 15-25 s on 2 cores): the ELBO is still rising slowly after that, but the held-out NLL is flat
 # from step ~50 and creeps up by 300 steps (0.069 at 100, 0.074 at 300), so more steps buy nothing here.
 DEMO_SETTINGS = dict(method="vi", n_inducing=100, batch_size=None, optimizer="adam", learning_rate=0.05,
-                     max_iter=100, random_state=0, eval_every=10)
+                     max_iter=100, random_state=0)
+DEMO_EVAL_EVERY = 10          # steps between the demo's evaluations of its test rows
 DEMO_TEST_FRACTION = 0.2
 # One torch thread unless --threads says otherwise: measured on a 2-core machine that other jobs
 # shared, 0.21 s per step with 1 thread against 1.9 s with 2 (the many small kernels of a step wait
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="minibatch size (default: full batch)")
     p.add_argument("--learning-rate", type=float, default=_DEFAULTS["learning_rate"], metavar="LR",
                    help="optimiser step size (default: %(default)s)")
-    p.add_argument("--lr-decay", type=float, default=_DEFAULTS["lr_decay"], metavar="D",
+    p.add_argument("--lr-decay", type=float, default=OPTIMIZER_OPTIONS["lr_decay"], metavar="D",
                    help="Adam: multiply the learning rate by D per pass over the data (default: %(default)s)")
     p.add_argument("--optimizer", choices=("adam", "lbfgs"), default=_DEFAULTS["optimizer"],
                    help="(default: %(default)s)")
@@ -286,7 +287,12 @@ def _write_csv(path: str, header, rows: np.ndarray) -> None:
 
 
 # -- subcommands --------------------------------------------------------------------------------------
-def _fit_rank(comm, est, X, y, resume):
+def _run(args) -> dict:
+    """The arguments of ``fit`` that describe this run: checkpoints and resuming."""
+    return dict(checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
+
+
+def _fit_rank(comm, est, X, y, run):
     """One process of ``fit --nproc``: the same fit on every rank; rank 0 returns the estimator. The
     parent has shown the warnings it can check before spawning; rank 0 shows the fit's own, once."""
     import warnings
@@ -296,7 +302,7 @@ def _fit_rank(comm, est, X, y, resume):
             warnings.filterwarnings("ignore", message="checkpoint_path .* checkpoint_every=0")
         else:
             warnings.simplefilter("ignore")
-        est.fit(X, y, resume=resume, comm=comm)
+        est.fit(X, y, **run, comm=comm)
     return est if comm.rank == 0 else None
 
 
@@ -314,19 +320,19 @@ def _fit_maybe_parallel(est, X, y, args):
     if args.nproc < 1:
         raise CLIError(f"--nproc must be >= 1, got {args.nproc}")
     if args.nproc == 1:
-        return est.fit(X, y, resume=args.resume)
+        return est.fit(X, y, **_run(args))
     from . import distributed
+    from .fitting import settings, train_settings
     from .train import _check_checkpoint_path
     # what the ranks would refuse, refused here: one message, before spawning (workers take seconds to start)
-    est._check_options()
-    _check_checkpoint_path(est._train_settings(), args.resume)
+    _check_checkpoint_path(train_settings(settings(est), {**_run(args), "eval_every": 50}), args.resume)
     threads = args.threads if args.threads is not None else 1       # per process: P processes share the cores
     import logging
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
     level = spawn_log.level
     spawn_log.setLevel(logging.ERROR)          # not its "Terminating process …" line before our one-line error
     try:
-        return distributed.launch(_fit_rank, args.nproc, est, X, y, args.resume, threads=threads)[0]
+        return distributed.launch(_fit_rank, args.nproc, est, X, y, _run(args), threads=threads)[0]
     finally:
         spawn_log.setLevel(level)
 
@@ -361,9 +367,9 @@ def _cmd_fit_stream(args) -> int:
 def _estimator(args) -> GPClassifier:
     """The estimator that ``fit`` and ``fit --stream`` configure from the command line."""
     return GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
-                        batch_size=args.batch_size, learning_rate=args.learning_rate, lr_decay=args.lr_decay,
-                        optimizer=args.optimizer, random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose),
-                        checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every)
+                        batch_size=args.batch_size, learning_rate=args.learning_rate,
+                        optimizer_params={"lr_decay": args.lr_decay},
+                        optimizer=args.optimizer, random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose))
 
 
 def _cmd_fit(args) -> int:
@@ -487,7 +493,7 @@ def _run_demo(args) -> int:
           + f"; torch threads: {torch.get_num_threads()}")
     est = GPClassifier(**settings, verbose=1)
     fit_start = time.perf_counter()
-    est.fit(X_train, y_train, X_val=X_test, y_val=y_test)
+    est.fit(X_train, y_train, X_val=X_test, y_val=y_test, eval_every=DEMO_EVAL_EVERY)
     fit_seconds = time.perf_counter() - fit_start
     proba = est.predict_proba(X_test)
     y_idx = metrics.class_indices(y_test, est.classes_)

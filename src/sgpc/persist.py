@@ -9,8 +9,12 @@ that is renamed over the target, so an interrupted write loses nothing.
 Engine states (dataclasses of tensors, numbers and modules) become plain dictionaries with ``state_to_dict``
 and go back into a freshly initialised state of the same engine with ``load_state``.
 
-What this module does not do: decide what goes into a model file (``estimator.GPClassifier.save`` builds the
-payload) or when to checkpoint (``train.fit``).
+A model file holds the estimator's parameters and fitted attributes (``model_payload``); ``read_model`` gives
+them back with the parameters of files written by older sgpc translated to today's arguments
+(``current_params``).
+
+What this module does not do: rebuild a model from a file (``fitting.restore``) or decide when to checkpoint
+(``train.fit``).
 """
 from __future__ import annotations
 
@@ -19,11 +23,14 @@ import hashlib
 import os
 import pickle
 
+import numpy as np
 import torch
 from torch import nn
 
+from .registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, OPTION_GROUPS, from_spec
+
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
-           "save_model", "load_model", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "save_model", "load_model", "model_payload", "read_model", "current_params", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -134,6 +141,74 @@ def load_model(path: str | os.PathLike) -> dict:
     if stored is not None and stored != digest(d):
         raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
                              "its content); refit or restore the file from a copy")
+    return d
+
+
+def model_payload(est, params: dict) -> dict:
+    """What ``GPClassifier.save`` writes for the fitted estimator ``est``: its parameters ``params`` (plain values,
+    ``validation.plain_value``) and its fitted attributes as tensors and plain values."""
+    payload = {
+        "params": params,
+        "has_feature_extractor": est.model_.feature_extractor is not None,
+        "classes": est.classes_.tolist(), "classes_dtype": est.classes_.dtype.str,
+        "n_features_in": int(est.n_features_in_),
+        "model": {k: v.detach().cpu() for k, v in est.model_.state_dict().items()},
+        "state": state_to_dict(est.state_),
+        "posterior": {"mean": est.posterior_.mean.detach().cpu(), "chol": est.posterior_.chol.detach().cpu()},
+        "history": est.history_, "n_iter": int(est.n_iter_),
+        "warm_started": bool(getattr(est, "warm_started_", False)),
+    }
+    if hasattr(est, "feature_names_in_"):
+        payload["feature_names_in"] = [str(c) for c in est.feature_names_in_]
+    if getattr(est, "_full_gp_", False):   # Z = X held fixed: not a parameter setting, so say it
+        payload["full_gp"] = True
+    if getattr(est, "_row_keys_", None) is not None:    # what a warm start matches sites by
+        payload["row_keys"] = torch.as_tensor(est._row_keys_.view(np.int64))
+    return payload
+
+
+# estimator arguments of older files -> (the dict that holds them now, its key)
+_MOVED = {"inducing_init": ("inducing_params", "init"), "learn_inducing": ("inducing_params", "learn"),
+          "shared_inducing": ("inducing_params", "shared"), "lr_decay": ("optimizer_params", "lr_decay")}
+# estimator arguments of older files that are arguments of ``fit`` now (they describe a run, not the model)
+_NOW_FIT_ARGUMENTS = ("eval_every", "checkpoint_path", "checkpoint_every")
+
+
+def current_params(params: dict) -> dict:
+    """A model file's parameters as today's estimator arguments: the inducing and optimizer settings of files
+    written before ``inducing_params``/``optimizer_params`` moved into them, the per-run settings that are
+    arguments of ``fit`` now dropped, and the options that files written before ``method_params``,
+    ``likelihood_params`` and ``kernel_params`` held flat (``alpha``, ``epsilon``, ...) moved into those dicts:
+    the ones the method, likelihood and kernel take (such a file held every option)."""
+    params = {k: v for k, v in params.items() if k not in _NOW_FIT_ARGUMENTS}
+    for old, (group, key) in _MOVED.items():
+        if old in params:
+            params[group] = {**(params.get(group) or {}), key: params.pop(old)}
+    flat = {k: params.pop(k) for k in (*METHOD_OPTIONS, *LIKELIHOOD_OPTIONS, *KERNEL_OPTIONS) if k in params}
+    if flat:
+        for group in ("method_params", "likelihood_params", "kernel_params"):
+            params[group] = {k: flat[k] for k in OPTION_GROUPS[group](params) if k in flat}
+    return params
+
+
+def read_model(path: str | os.PathLike) -> dict:
+    """A model file's content (``load_model``) with its parameters as today's estimator arguments
+    (``current_params``); a ``ModelFileError`` when they are not a mapping or do not rebuild.
+    A kernel or likelihood argument stored as a ``registry.spec`` is rebuilt (``registry.from_spec``: its class
+    from the registry's tables, never code from the file)."""
+    d = load_model(path)
+    params = d.get("params", {})
+    if not isinstance(params, dict):
+        raise ModelFileError(f"{path} is damaged: its parameters are a {type(params).__name__}, not a mapping")
+    params = current_params(params)
+    try:
+        for key in ("kernel", "likelihood"):
+            if isinstance(params.get(key), dict):
+                params[key] = from_spec(params[key])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: its {key} argument does not rebuild "
+                             f"({type(exc).__name__}: {exc})") from None
+    d["params"] = params
     return d
 
 

@@ -9,14 +9,21 @@ factories. Each entry declares the options it takes (the keys of the estimator's
 tests are all derived from these literals: a new method is one engine module and one entry here; a new
 likelihood is one class and one entry.
 
+``kernel=`` and ``likelihood=`` also take objects (as scikit-learn's ``kernel=``): an instance of a class in
+``KERNEL_CLASSES`` / ``LIKELIHOOD_CLASSES``, built for the data's dimensions, whose copy is the fit's initial
+kernel or likelihood. Each class there declares the constructor arguments that rebuild an instance with its
+``state_dict`` (``spec``/``from_spec``: how a model file stores such an argument without pickling it).
+
 What this module does not do: validate parameter values (the estimator and the engines' settings do) or fit.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from torch import nn
 
 from . import kernels as K
 from .engine import Capabilities, Engine
@@ -30,8 +37,9 @@ from .sep import APEP, SEP
 from .vi import VI
 
 __all__ = ["Method", "METHODS", "LikelihoodEntry", "LIKELIHOODS", "KERNELS", "METHOD_OPTIONS", "LIKELIHOOD_OPTIONS",
-           "KERNEL_OPTIONS", "OPTION_GROUPS", "likelihood_name", "resolve", "make_engine", "make_likelihood",
-           "make_kernel", "method_table"]
+           "KERNEL_OPTIONS", "INDUCING_OPTIONS", "OPTIMIZER_OPTIONS", "OPTION_GROUPS", "likelihood_name", "resolve", "make_engine", "make_likelihood",
+           "make_kernel", "method_table", "KERNEL_CLASSES", "LIKELIHOOD_CLASSES", "likelihood_key", "config", "spec", "from_spec",
+           "describe"]
 
 # -- options: the keys of the estimator's method_params, likelihood_params and kernel_params, with their defaults;
 # each method and likelihood takes some of them (``Method.options``, ``LikelihoodEntry.options``), every kernel all
@@ -41,6 +49,10 @@ LIKELIHOOD_OPTIONS: dict[str, object] = {"epsilon": 1e-3, "learn_epsilon": False
                                          "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
 KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
                                      "shared_kernel": False}
+# the keys of inducing_params (how the inducing inputs Z start and whether they move; every method) and of
+# optimizer_params (every optimizer; lr_decay applies to "adam" only, ``train.TrainSettings``)
+INDUCING_OPTIONS: dict[str, object] = {"init": "kmeans", "learn": True, "shared": False}
+OPTIMIZER_OPTIONS: dict[str, object] = {"lr_decay": 1.0}
 
 
 def _takes(table: dict, *names: str) -> dict:
@@ -53,7 +65,7 @@ _EP_BINARY = ("step", "probit", "logit")
 
 
 def _site_factor(p: dict) -> str:
-    return "likelihood" if p["likelihood"] in _EP_BINARY else "pairwise"
+    return "likelihood" if likelihood_key(p["likelihood"]) in _EP_BINARY else "pairwise"
 
 
 @dataclass(frozen=True)
@@ -176,32 +188,52 @@ def _hinge(C: int, o: dict) -> Likelihood:
 @dataclass(frozen=True)
 class LikelihoodEntry:
     """One likelihood name: ``make(C, options)`` builds it for C classes from its resolved options; ``options``:
-    the ``likelihood_params`` keys it takes, with their defaults (from ``LIKELIHOOD_OPTIONS``)."""
+    the ``likelihood_params`` keys it takes, with their defaults (from ``LIKELIHOOD_OPTIONS``); ``classes``: the
+    classes ``make`` builds (a ``likelihood=`` object of one of them follows this entry's method rules)."""
 
     make: Callable[[int, dict], Likelihood]
     options: dict
+    classes: tuple[type[Likelihood], ...]
 
 
 _ADDITIVE_OPTIONS = ("noise_variance", "delta", "learn_delta")
+_ADDITIVE = (AdditiveGaussian, BinaryAdditiveGaussian)
 
-# "hinge" is bsvm's own (``Method.own_likelihood``)
+# "hinge" is bsvm's own (``Method.own_likelihood``); "step", "probit" and "logit" differ in their noise variance
+# only, and methods take all three or none (an additive-noise object follows their rules)
 LIKELIHOODS: dict[str, LikelihoodEntry] = {
-    "robustmax": LikelihoodEntry(_robust_max, _takes(LIKELIHOOD_OPTIONS, "epsilon", "learn_epsilon")),
-    "step": LikelihoodEntry(_additive("step"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
-    "probit": LikelihoodEntry(_additive("probit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
-    "logit": LikelihoodEntry(_additive("logit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS)),
-    "softmax": LikelihoodEntry(_softmax, _takes(LIKELIHOOD_OPTIONS, "n_samples_predict", "softmax_predict")),
-    "hinge": LikelihoodEntry(_hinge, {}),
+    "robustmax": LikelihoodEntry(_robust_max, _takes(LIKELIHOOD_OPTIONS, "epsilon", "learn_epsilon"), (RobustMax,)),
+    "step": LikelihoodEntry(_additive("step"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS), _ADDITIVE),
+    "probit": LikelihoodEntry(_additive("probit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS), _ADDITIVE),
+    "logit": LikelihoodEntry(_additive("logit"), _takes(LIKELIHOOD_OPTIONS, *_ADDITIVE_OPTIONS), _ADDITIVE),
+    "softmax": LikelihoodEntry(_softmax, _takes(LIKELIHOOD_OPTIONS, "n_samples_predict", "softmax_predict"),
+                               (Softmax, BinarySoftmax)),
+    "hinge": LikelihoodEntry(_hinge, {}, (MulticlassHinge, BinaryHinge)),
 }
+
+
+def likelihood_key(likelihood: str | Likelihood) -> str:
+    """The ``LIKELIHOODS`` entry of a ``likelihood=`` value: the name itself, or for an object the first entry
+    that builds its class."""
+    if isinstance(likelihood, str):
+        return likelihood
+    return next(name for name, e in LIKELIHOODS.items() if type(likelihood) in e.classes)
 
 
 def likelihood_name(params: dict) -> str:
     """The likelihood that the estimator's parameters ``params`` use: the method's own one, if it has one."""
-    return METHODS[params["method"]].own_likelihood or params["likelihood"]
+    return METHODS[params["method"]].own_likelihood or likelihood_key(params["likelihood"])
 
 
 def make_likelihood(params: dict, C: int) -> Likelihood:
-    """The likelihood of ``params`` (options resolved, ``resolve``) for C classes."""
+    """The likelihood of ``params`` (options resolved, ``resolve``) for C classes: a copy of a ``likelihood=``
+    object (the argument is not modified), built for C classes."""
+    given = params["likelihood"]
+    if not isinstance(given, str) and not METHODS[params["method"]].own_likelihood:
+        if given.n_classes != C:
+            raise ValueError(f"likelihood={type(given).__name__} object is for {given.n_classes} classes; y has {C}: "
+                             "build it for the data's classes")
+        return copy.deepcopy(given)
     return LIKELIHOODS[likelihood_name(params)].make(C, params["likelihood_params"])
 
 
@@ -227,7 +259,14 @@ KERNELS: dict[str, Callable[[int, int, dict], torch.nn.Module]] = {
 def make_kernel(params: dict, D: int, L: int, lengthscale, dtype: torch.dtype) -> torch.nn.Module:
     """The kernel of ``params["kernel"]`` (options resolved, ``resolve``) on D inputs for L latent functions;
     ``lengthscale``: the data-derived initial length-scales, replaced by the option ``init_lengthscale`` when
-    that is set."""
+    that is set. A ``kernel=`` object: a copy (the argument is not modified), with its own initial values."""
+    given = params["kernel"]
+    if not isinstance(given, str):
+        if (given.input_dim, given.n_latent) != (D, L):
+            raise ValueError(f"kernel={type(given).__name__} object has input_dim={given.input_dim}, "
+                             f"n_latent={given.n_latent}; this fit needs input_dim={D} (the features, or a feature "
+                             f"extractor's outputs) and n_latent={L} (the likelihood's latent functions)")
+        return copy.deepcopy(given).to(dtype=dtype)
     o = params["kernel_params"]
     if o["init_lengthscale"] is not None:
         lengthscale = float(o["init_lengthscale"])
@@ -236,18 +275,107 @@ def make_kernel(params: dict, D: int, L: int, lengthscale, dtype: torch.dtype) -
     return KERNELS[params["kernel"]](D, L, kw)
 
 
+# -- kernel= and likelihood= objects: the classes accepted, each with the constructor arguments that rebuild an
+# instance together with its state_dict (its values: length-scales, ε, δ, ...)
+def _kernel_config(k: K.Kernel) -> dict:
+    # "noise": the term exists (its value is in the state)
+    return {"input_dim": k.input_dim, "n_latent": k.n_latent, "shared": k.shared,
+            "ard": k.raw_lengthscale.shape[-1] == k.input_dim, "noise": None if k.raw_noise is None else 1.0}
+
+
+def _learned(module: nn.Module, name: str) -> bool:
+    return isinstance(getattr(module, name), nn.Parameter)
+
+
+def _likelihood_config(lik: Likelihood) -> dict:
+    return {"n_quadrature": lik.n_quadrature, "n_samples": lik.n_samples, "max_grid": lik.max_grid}
+
+
+def _additive_config(lik) -> dict:
+    return {**_likelihood_config(lik), "noise_variance": lik.noise_variance, "learn_delta": _learned(lik, "raw_flip")}
+
+
+KERNEL_CLASSES: dict[str, tuple[type, Callable[[nn.Module], dict]]] = {
+    "RBF": (K.RBF, _kernel_config),
+    "Matern": (K.Matern, lambda k: {**_kernel_config(k), "nu": k.nu}),
+    "Linear": (K.Linear, _kernel_config),
+    "Sum": (K.Sum, lambda k: {"first": k.first, "second": k.second}),
+}
+LIKELIHOOD_CLASSES: dict[str, tuple[type, Callable[[nn.Module], dict]]] = {
+    "RobustMax": (RobustMax, lambda l: {**_likelihood_config(l), "n_classes": l.n_classes,
+                                        "learn_epsilon": _learned(l, "raw_epsilon"), "n_points": l.n_points,
+                                        "n_points_predict": l.n_points_predict}),
+    "AdditiveGaussian": (AdditiveGaussian, lambda l: {**_additive_config(l), "n_classes": l.n_classes,
+                                                      "n_points": l.n_points, "n_points_predict": l.n_points_predict}),
+    "BinaryAdditiveGaussian": (BinaryAdditiveGaussian, _additive_config),
+    "Softmax": (Softmax, lambda l: {**_likelihood_config(l), "n_classes": l.n_classes,
+                                    "n_samples_predict": l.n_samples_predict, "predict_rule": l.predict_rule,
+                                    "seed": l.seed}),
+    "BinarySoftmax": (BinarySoftmax, _likelihood_config),
+    "MulticlassHinge": (MulticlassHinge, lambda l: {**_likelihood_config(l), "n_classes": l.n_classes,
+                                                    "n_points_predict": l.n_points_predict}),
+    "BinaryHinge": (BinaryHinge, _likelihood_config),
+}
+_CLASSES = {**KERNEL_CLASSES, **LIKELIHOOD_CLASSES}
+
+
+def _class_name(obj) -> str | None:
+    """The name of ``obj``'s class in ``KERNEL_CLASSES``/``LIKELIHOOD_CLASSES`` (the class itself, not a
+    subclass, whose constructor may differ), or None."""
+    return next((name for name, (cls, _) in _CLASSES.items() if type(obj) is cls), None)
+
+
+def config(obj: nn.Module) -> dict:
+    """The constructor arguments that rebuild a kernel or likelihood object of ``KERNEL_CLASSES`` or
+    ``LIKELIHOOD_CLASSES`` together with its state_dict."""
+    name = _class_name(obj)
+    if name is None:
+        raise TypeError(f"{type(obj).__name__} is not a class of KERNEL_CLASSES or LIKELIHOOD_CLASSES")
+    return _CLASSES[name][1](obj)
+
+
+def spec(obj: nn.Module) -> dict:
+    """A kernel or likelihood object as plain values and tensors: {"class", "config" (the constructor
+    arguments; modules among them as specs), "state" (its state_dict)} — what a model file stores of it."""
+    cfg = {k: spec(v) if isinstance(v, nn.Module) else v for k, v in config(obj).items()}
+    return {"class": _class_name(obj), "config": cfg,
+            "state": {k: v.detach().cpu().clone() for k, v in obj.state_dict().items()}}
+
+
+def from_spec(s: dict) -> nn.Module:
+    """The object that ``spec`` described: its class looked up by name in the tables (nothing from the file is
+    executed), built from its constructor arguments, its state loaded."""
+    cls = _CLASSES[s["class"]][0]
+    obj = cls(**{k: from_spec(v) if isinstance(v, dict) else v for k, v in s["config"].items()})
+    obj.load_state_dict(s["state"])
+    return obj
+
+
+def describe(value) -> object:
+    """A ``kernel=``/``likelihood=`` value as a comparable, printable description of the model it makes: a name,
+    or an object's class, constructor arguments and fixed values (buffers, such as a fixed ε) — not its initial
+    values, which a warm start may change."""
+    if isinstance(value, str):
+        return value
+    cfg = {k: describe(v) if isinstance(v, nn.Module) else v for k, v in config(value).items()}
+    fixed = tuple((k, tuple(b.detach().cpu().reshape(-1).tolist())) for k, b in value.named_buffers())
+    return (_class_name(value), tuple(sorted(cfg.items())), fixed)
+
+
 # the estimator parameter of each group of options -> what declares the keys it takes, from the parameters
 OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: METHODS[p["method"]].options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
     "kernel_params": lambda p: KERNEL_OPTIONS,
+    "inducing_params": lambda p: INDUCING_OPTIONS,
+    "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
 
 
 def resolve(params: dict) -> dict:
-    """The estimator's parameters with ``method_params``, ``likelihood_params`` and ``kernel_params`` resolved:
-    the options that the chosen method, likelihood and kernel take, their defaults updated by the dict given
-    (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
+    """The estimator's parameters with each group of options (``OPTION_GROUPS``: ``method_params``, ...,
+    ``optimizer_params``) resolved: the options that the chosen method, likelihood, kernel, inducing inputs and
+    optimizer take, their defaults updated by the dict given (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()}}
 

@@ -12,7 +12,8 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import KERNELS, LIKELIHOODS, METHODS, OPTION_GROUPS, likelihood_name, resolve
+from .registry import (KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS,
+                       config, likelihood_key, likelihood_name, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -22,6 +23,9 @@ __all__ = ["check_params", "check_options", "capable", "DTYPES", "check_choice",
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 USER_LIKELIHOODS = tuple(k for k in LIKELIHOODS if k != "hinge")     # "hinge" is bsvm's own
+# the classes a likelihood= object may be (the hinge classes are bsvm's own)
+USER_LIKELIHOOD_CLASSES = {name: entry for name, entry in LIKELIHOOD_CLASSES.items()
+                           if entry[0] not in LIKELIHOODS["hinge"].classes}
 
 
 def check_choice(kind: str, value, valid) -> None:
@@ -68,8 +72,11 @@ def unique_labels(y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def plain_value(name: str, value):
     """A parameter value as a plain Python value for the model file: NumPy scalars become numbers, paths
-    and devices strings, a dict (``method_params``, ...) a dict of plain values with string keys; anything
-    else that is not a number, string, boolean or None cannot be saved."""
+    and devices strings, a dict (``method_params``, ...) a dict of plain values with string keys, a kernel or
+    likelihood object its ``registry.spec``; anything else that is not a number, string, boolean or None cannot
+    be saved."""
+    if name in ("kernel", "likelihood") and isinstance(value, torch.nn.Module):
+        return spec(value)
     if isinstance(value, dict):
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
@@ -196,19 +203,27 @@ _OPTION_CHECKS = {
     "init_lengthscale": lambda n, v: check_real(n, v, low=0.0, none="from the features' spread"),
     "init_variance": lambda n, v: check_real(n, v, low=0.0),
     "shared_kernel": check_flag,
+    "init": lambda n, v: check_choice(n, v, ("kmeans", "random")),
+    "learn": check_flag,
+    "shared": check_flag,
+    "lr_decay": lambda n, v: check_real(n, v, low=0.0, high=1.0),
 }
+# groups whose keys read as themselves in messages ("epsilon must be ..."); the others' keys are named with their
+# group ("inducing_params['init']")
+_BARE_KEYS = ("method_params", "likelihood_params", "kernel_params")
 
 
 def check_options(params: dict) -> dict:
     """The estimator's parameters ``params`` with their options resolved (``registry.resolve``), after a
-    ValueError for a ``method_params``, ``likelihood_params`` or ``kernel_params`` that is not a dict or None,
-    holds a key that the chosen method, likelihood or kernel does not take, or a value out of range."""
+    ValueError for a group of options (``method_params``, ..., ``optimizer_params``) that is not a dict or None,
+    holds a key that the chosen method, likelihood, kernel, ... does not take, or a value out of range."""
     method = params["method"]
     own = METHODS[method].own_likelihood
     owner = {"method_params": f"method={method!r}",
              "likelihood_params": f"likelihood={likelihood_name(params)!r}"
              + (f" (method={method!r} always uses it)" if own else ""),
-             "kernel_params": f"kernel={params['kernel']!r}"}
+             "kernel_params": f"kernel={params['kernel']!r}", "inducing_params": "the inducing inputs",
+             "optimizer_params": f"optimizer={params['optimizer']!r}"}
     for group, declared in OPTION_GROUPS.items():
         given = params[group]
         if given is None:
@@ -223,17 +238,21 @@ def check_options(params: dict) -> dict:
     resolved = resolve(params)
     for group in OPTION_GROUPS:
         for name, value in resolved[group].items():
-            _OPTION_CHECKS[name](name, value)
+            _OPTION_CHECKS[name](name if group in _BARE_KEYS else f"{group}[{name!r}]", value)
     return resolved
 
 
-def check_params(est) -> None:
-    """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it."""
+def check_params(est) -> dict:
+    """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it;
+    else the parameters with their options resolved (``registry.resolve``)."""
     check_choice("method", est.method, tuple(METHODS))
-    check_choice("likelihood", est.likelihood, USER_LIKELIHOODS)
-    check_choice("kernel", est.kernel, tuple(KERNELS))
+    _check_name_or_object("likelihood", est.likelihood, USER_LIKELIHOODS, USER_LIKELIHOOD_CLASSES, "sgpc.likelihoods",
+                          est.likelihood_params)
+    _check_name_or_object("kernel", est.kernel, tuple(KERNELS), KERNEL_CLASSES, "sgpc.kernels", est.kernel_params)
+    if METHODS[est.method].own_likelihood and not isinstance(est.likelihood, str):
+        raise ValueError(f"method={est.method!r} always uses its own {METHODS[est.method].own_likelihood} likelihood: "
+                         "leave likelihood at its default")
     check_choice("dtype", est.dtype, tuple(DTYPES))
-    check_choice("inducing_init", est.inducing_init, ("kmeans", "random"))
     check_choice("compile", est.compile, COMPILE_MODES)
     caps = METHODS[est.method].capabilities
     streamable = capable("streamable")
@@ -247,14 +266,13 @@ def check_params(est) -> None:
         raise ValueError(f"method={est.method!r} runs EP to convergence on the whole data set: use batch_size=None")
     _check_likelihood_choice(est)
     options = check_options(est.get_params(deep=False))
-    if est.method in ("rmgpc", "smgpc") and options["likelihood_params"]["learn_epsilon"]:    # the outlier model
+    learned = options["likelihood_params"] if isinstance(est.likelihood, str) else config(est.likelihood)
+    if est.method in ("rmgpc", "smgpc") and learned["learn_epsilon"]:    # the outlier model
         raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: leave "
                          "likelihood_params['learn_epsilon'] False")
     check_device(est.device)
-    for name in ("learn_inducing", "shared_inducing", "warm_start"):
-        check_flag(name, getattr(est, name))
+    check_flag("warm_start", est.warm_start)
     check_real("learning_rate", est.learning_rate, low=0.0)
-    check_real("lr_decay", est.lr_decay, low=0.0, high=1.0)
     check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
     if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
                                                                             (int, np.integer)) \
@@ -275,14 +293,31 @@ def check_params(est) -> None:
     if est.feature_extractor is not None and not caps.free_gaussian:
         raise ValueError(f"feature_extractor needs a free-Gaussian method "
                          f"({', '.join(map(repr, capable('free_gaussian')))}), got method={est.method!r}")
+    return options
+
+
+def _check_name_or_object(kind: str, value, names: tuple, classes: dict, module: str, options) -> None:
+    """``kernel=`` / ``likelihood=``: one of ``names``, or an object of one of ``classes`` (name -> (class, ...),
+    of ``module``) whose options are its own (``options``, the ``kernel_params``/``likelihood_params``, must then
+    be None)."""
+    if isinstance(value, str):
+        check_choice(kind, value, names)
+        return
+    if type(value) not in [cls for cls, _ in classes.values()]:
+        raise ValueError(f"{kind} must be a name ({', '.join(map(repr, names))}) or an object of a class of {module} "
+                         f"({', '.join(classes)}), got {type(value).__name__}")
+    if options is not None:
+        raise ValueError(f"{kind}_params configure a {kind} given by name; a {kind} object carries its own settings: "
+                         f"pass {kind}_params=None (got {options!r})")
 
 
 def _check_likelihood_choice(est) -> None:
     """The method's rule for which likelihoods it accepts."""
     method = METHODS[est.method]
-    binary = est.likelihood in method.binary_likelihoods
-    if est.likelihood not in method.likelihoods and not binary:
-        ep_binary = tuple(m for m, e in METHODS.items() if est.likelihood in e.binary_likelihoods)
+    key = likelihood_key(est.likelihood)
+    binary = key in method.binary_likelihoods
+    if key not in method.likelihoods and not binary:
+        ep_binary = tuple(m for m, e in METHODS.items() if key in e.binary_likelihoods)
         raise ValueError(f"likelihood={est.likelihood!r} works with method='vi'"
                          f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
                          f"got method={est.method!r} (EP-family methods use likelihood='robustmax')")

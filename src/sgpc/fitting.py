@@ -1,0 +1,401 @@
+"""Fitting a ``GPClassifier``: its checked, resolved parameters → model, engine state and training run.
+
+``fit`` is what ``GPClassifier.fit`` does: in memory (``fit_arrays``) or streamed from a source
+(``fit_stream``). Both build the model (``build_model``) or continue the previous fit (a warm start:
+``continues``, ``carried_state``), run ``train.fit`` and set the fitted attributes (``finish``). ``restore``
+rebuilds a fitted estimator from a model file's content (``persist.read_model``).
+
+The functions take the estimator, to read the previous fit and write the fitted attributes, and ``p``, its
+parameters checked and with every group of options resolved (``settings``, ``registry.resolve``).
+
+What this module does not do: maths (the engines, ``sparse``), the loop itself (``train``), or the file
+format (``persist``).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+
+from . import stream
+from .initialization import extractor_features, initial_lengthscales
+from .persist import load_state
+from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
+                       make_engine, make_kernel, make_likelihood)
+from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
+from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
+from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params, unique_labels,
+                         validated)
+from .warm_start import architecture, match_rows, row_keys
+
+__all__ = ["settings", "build_model", "structure", "fit", "fit_arrays", "fit_stream", "restore", "as_tensor",
+           "encode"]
+
+
+def settings(est) -> dict:
+    """The estimator's parameters, checked (``validation.check_params``), with their options resolved."""
+    return check_params(est)
+
+
+def as_tensor(p: dict, A) -> torch.Tensor:
+    """An array as a tensor of the estimator's dtype and device."""
+    A = np.asarray(A)
+    if not A.flags.writeable or any(st < 0 for st in A.strides):
+        A = A.copy()   # torch cannot wrap read-only memory (memory-mapped input) or reversed views (X[::-1])
+    return torch.as_tensor(A, dtype=DTYPES[p["dtype"]], device=p["device"])
+
+
+def encode(classes: np.ndarray, y, name: str = "y") -> np.ndarray:
+    """Labels ``y`` as indices into ``classes``; a ValueError naming labels not seen in training."""
+    y = np.asarray(y)
+    unique_labels(y, name)
+    idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+    unknown = classes[idx] != y
+    if unknown.any():
+        raise ValueError(f"labels {np.unique(y[unknown])[:5].tolist()} were not seen in training; "
+                         f"known classes: {classes.tolist()}")
+    return idx
+
+
+def copy_extractor(p: dict) -> torch.nn.Module | None:
+    """A private copy of ``feature_extractor`` in the estimator's dtype/device (None without one)."""
+    if p["feature_extractor"] is None:
+        return None
+    return copy.deepcopy(p["feature_extractor"]).to(device=p["device"], dtype=DTYPES[p["dtype"]])
+
+
+def build_model(p: dict, D: int, C: int, Z: np.ndarray, lengthscale, extractor=None) -> SparseGP:
+    """The model for D inputs (features) and C classes with inducing inputs Z [M,D] (copied to every latent
+    function unless shared) and initial length-scales ``lengthscale``."""
+    dtype = DTYPES[p["dtype"]]
+    lik = make_likelihood(p, C)
+    kern = make_kernel(p, D, lik.n_latent, lengthscale, dtype)
+    Zt = torch.as_tensor(Z, dtype=dtype)
+    if not (p["inducing_params"]["shared"] or METHODS[p["method"]].shared_inducing):
+        Zt = Zt.expand(lik.n_latent, *Zt.shape).clone()
+    model = SparseGP(kern, lik, Zt, learn_inducing=p["inducing_params"]["learn"], feature_extractor=extractor)
+    return model.to(device=p["device"], dtype=dtype)
+
+
+def structure(p: dict, with_device: bool = True) -> tuple:
+    """The settings that define the fitted model's structure (not its initial values): a warm start
+    continues only a model built with the same ones, so that the fitted model is what the settings
+    say (and ``save`` writes settings that rebuild it). Initial values (latent_noise's value,
+    init_lengthscale, inducing_params' init, ...) and the engine's settings (alpha, damping, learning rate)
+    may change between warm-started fits. A checkpoint resumes only the same structure, on any device
+    (``with_device=False``). Options that the method, likelihood or kernel does not take read as their
+    defaults; a kernel or likelihood object reads as its class, constructor arguments and fixed values
+    (``registry.describe``)."""
+    m = {**METHOD_OPTIONS, **p["method_params"]}
+    lik = {**LIKELIHOOD_OPTIONS, **p["likelihood_params"]}
+    kern, ind = p["kernel_params"], p["inducing_params"]
+    return (p["method"], describe(p["likelihood"]), describe(p["kernel"]), kern["latent_noise"] is None, bool(kern["shared_kernel"]),
+            bool(ind["shared"]), bool(ind["learn"]), bool(lik["learn_epsilon"]),
+            None if lik["learn_epsilon"] else float(lik["epsilon"]), p["dtype"],
+            *((str(p["device"]),) if with_device else ()),
+            lik["noise_variance"], bool(lik["learn_delta"]), None if lik["learn_delta"] else float(lik["delta"]),
+            int(lik["n_samples_predict"]), lik["softmax_predict"],
+            float(m["outlier_prior_a"]), float(m["outlier_prior_b"]), architecture(p["feature_extractor"]))
+
+
+def train_settings(p: dict, run: dict) -> TrainSettings:
+    """The fit loop's settings from the parameters and ``run``, the per-run arguments of ``fit`` (eval_every,
+    checkpoint_path, checkpoint_every)."""
+    return TrainSettings(optimizer=p["optimizer"], learning_rate=p["learning_rate"],
+                         lr_decay=p["optimizer_params"]["lr_decay"], max_iter=p["max_iter"], n_epochs=p["n_epochs"],
+                         batch_size=p["batch_size"], checkpoint_path=run["checkpoint_path"],
+                         checkpoint_every=run["checkpoint_every"], eval_every=run["eval_every"],
+                         progress=bool(p["verbose"]), model_structure=repr(structure(p, with_device=False)),
+                         compile=p["compile"], tol=p["tol"], n_iter_no_change=p["n_iter_no_change"])
+
+
+def validator(est, p: dict, engine, X_val, y_val):
+    """None, or ``f(model, state) -> {"error", "nll"}`` on the validation rows (for the fit history)."""
+    if X_val is None:
+        return None
+    try:
+        Xv = as_tensor(p, validated(est, X_val, reset=False, name="X_val", when="fitting"))
+    except ValueError as exc:        # scikit-learn's feature-count message names "X"
+        if str(exc).startswith("X has"):
+            raise ValueError("X_val" + str(exc)[1:]) from None
+        raise
+    yv = torch.as_tensor(encode(est.classes_, y_val, "y_val"), device=p["device"])
+    if yv.ndim != 1 or len(yv) != len(Xv):
+        got = len(yv) if yv.ndim == 1 else tuple(yv.shape)
+        raise ValueError(f"X_val has {len(Xv)} rows but y_val has {got} label(s); pass one label per validation row")
+
+    def validate(model, state):
+        lp, scores = predict_outputs(model, engine.posterior(model, state), Xv)
+        return {"error": float((scores.argmax(1) != yv).double().mean()),
+                "nll": float(-lp.gather(1, yv[:, None]).mean())}
+    return validate
+
+
+def continues(est, p: dict, D: int, classes: np.ndarray, previous: np.ndarray | None, M: int,
+              full_gp: bool = False) -> bool:
+    """Whether ``fit`` continues from the previous fit (``warm_start`` and a compatible fitted model:
+    the same structural settings (``structure``: method, likelihood, kernel, sharing, dtype, ...), the
+    same classes ``previous``, without a feature extractor the same number of features D, and as many
+    inducing inputs as this fit uses, M — a model fitted on fewer rows than ``n_inducing`` has fewer;
+    a full GP (rmgpc/smgpc with Z = X) continues only as a full GP)."""
+    if not (p["warm_start"] and hasattr(est, "state_") and previous is not None
+            and getattr(est, "_fitted_as_", None) == structure(p)
+            and len(previous) == len(classes) and bool(np.all(previous == classes))):
+        return False
+    if getattr(est, "_full_gp_", False) != full_gp or (not full_gp and est.model_.n_inducing < M):
+        return False
+    return est.model_.feature_extractor is not None or est.model_.kernel.input_dim == D
+
+
+def inducing_count(p: dict, N: int, stacklevel: int) -> int:
+    """M = n_inducing, or N (with a warning) when there are fewer rows."""
+    M = int(p["n_inducing"])
+    if M > N:
+        warnings.warn(f"n_inducing={M} is larger than the number of training rows ({N}); using {N}",
+                      UserWarning, stacklevel=stacklevel + 1)
+        M = N
+    return M
+
+
+def carried_state(est, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None):
+    """The previous fit's engine state carried over to the training set Xt, yt (a warm start): per-row
+    sites follow their rows, matched by ``keys`` (``warm_start.row_keys`` of the new rows)."""
+    keep = None
+    if keys is not None:
+        keep = torch.as_tensor(match_rows(getattr(est, "_row_keys_", None), keys), device=Xt.device)
+    return engine.carry(est.model_, est.state_, Xt, yt, keep)
+
+
+def fit(est, X, y, *, X_val, y_val, resume: bool, comm, **run):
+    """``GPClassifier.fit`` without the restore on failure: arrays (``fit_arrays``) or a source (``fit_stream``);
+    ``run``: the per-run arguments (eval_every, checkpoint_path, checkpoint_every)."""
+    p = settings(est)
+    if (X_val is None) != (y_val is None):
+        raise ValueError("pass X_val and y_val together (validation needs rows and their labels)")
+    if comm is not None and comm.world_size > 1:
+        check_data_parallel_extractor(p["feature_extractor"])
+    if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
+        return fit_stream(est, p, stream.as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm, run=run)
+    if y is None:
+        raise ValueError("requires y to be passed, but the target y is None")
+    return fit_arrays(est, p, X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm, run=run)
+
+
+def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dict):
+    """Fit on in-memory arrays X [N,D], y [N]."""
+    method = METHODS[p["method"]]
+    X, y = validated(est, X, y, reset=True)
+    classes, y_enc = unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
+    check_classification_targets(y)
+    previous_classes = getattr(est, "classes_", None)
+    est.classes_ = classes
+    if len(classes) < 2:
+        raise ValueError(f"y has only one class ({classes[0]!r}); a classifier needs at least 2 classes")
+    if likelihood_key(p["likelihood"]) not in method.likelihoods and len(classes) != 2:   # a binary-only likelihood
+        raise ValueError(f"method={p['method']!r} with likelihood={p['likelihood']!r} is the binary model (one "
+                         f"latent function, probit sites); y has {len(classes)} classes: use "
+                         "likelihood='robustmax' for more than 2")
+    rng = check_random_state(p["random_state"])
+    seed = int(rng.randint(0, 2 ** 31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    monitor = None
+    if p["early_stopping"]:
+        X, y_enc, monitor = held_out(p, X, y_enc, int(rng.randint(0, 2 ** 31 - 1)))
+    N, D = X.shape
+    M = inducing_count(p, N, stacklevel=4)
+    engine = make_engine(p)
+    Xt, yt = as_tensor(p, X), torch.as_tensor(y_enc, dtype=torch.long, device=p["device"])
+    full_gp = method.full_gp_at_n and M == N   # FITC with Z = X fixed is the full GP
+    warm = continues(est, p, D, classes, previous_classes, M, full_gp)
+    keys = row_keys(X, y_enc) if method.capabilities.per_row_state else None
+    if warm and full_gp:        # the full GP's inducing inputs are its training rows: Z follows X
+        Zt = as_tensor(p, X)
+        if est.model_.Z.ndim == 3:
+            Zt = Zt.expand(est.model_.Z.shape[0], *Zt.shape).clone()
+        est.model_.Z = torch.nn.Parameter(Zt, requires_grad=False)
+    if not warm:
+        extractor = copy_extractor(p)
+        # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
+        H = X if extractor is None else extractor_features(extractor, Xt)
+        # hybrid: the spread of the initial features says little about the trained ones (a random CNN maps
+        # all images close together): scale by each feature's root mean square instead
+        std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
+        lengthscale = initial_lengthscales(H, std)
+        Z = X.copy() if full_gp else init_inducing(H, M, p["inducing_params"]["init"], seed=seed)
+        est.model_ = build_model(p, H.shape[1], len(classes), Z, lengthscale, extractor)
+        if full_gp:
+            est.model_.Z.requires_grad_(False)
+    state = carried_state(est, engine, Xt, yt, keys) if warm else engine.init(est.model_, Xt, yt, generator)
+    loop = train_settings(p, run)
+    validate = validator(est, p, engine, X_val, y_val)
+    if p["verbose"]:
+        print(f"sgpc: {p['method']} with {likelihood_name(p)} likelihood, {len(classes)} classes "
+              f"({est.model_.n_latent} latent functions"
+              f"{'; binary form' if est.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
+    est.state_, history = fit_loop(est.model_, engine, state, Xt, yt, loop, generator=generator,
+                                   validate=validate, resume=resume, comm=comm,
+                                   monitor=None if monitor is None else monitor(engine))
+    # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
+    est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
+    record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
+    finish(est, p, engine, history, warm, full_gp)
+    if keys is not None:
+        est._row_keys_ = keys
+    return est
+
+
+def held_out(p: dict, X: np.ndarray, y_enc: np.ndarray, seed: int):
+    """``early_stopping``: the training rows, their labels, and a factory of the stopping rule's monitor
+    (−NLL of a stratified ``validation_fraction`` of the rows, held out from training)."""
+    from sklearn.model_selection import train_test_split
+    try:
+        X_fit, X_out, y_fit, y_out = train_test_split(X, y_enc, test_size=p["validation_fraction"],
+                                                      stratify=y_enc, random_state=seed)
+    except ValueError as exc:
+        raise ValueError(f"early_stopping holds out validation_fraction={p['validation_fraction']!r} of the "
+                         f"{len(y_enc)} rows, stratified by class: {exc}; use more rows, a larger "
+                         "validation_fraction, or early_stopping=False") from None
+    Xo, yo = as_tensor(p, X_out), torch.as_tensor(y_out, dtype=torch.long, device=p["device"])
+
+    def monitor(engine):
+        def held_out_log_likelihood(model, state) -> float:
+            lp, _ = predict_outputs(model, engine.posterior(model, state), Xo)
+            return float(lp.gather(1, yo[:, None]).mean())
+        return held_out_log_likelihood
+    return X_fit, y_fit, monitor
+
+
+def finish(est, p: dict, engine, history, warm: bool, full_gp: bool) -> None:
+    """The fitted attributes that every fit sets from its engine state and history, and the warning of a
+    fit that stopped at its ceiling before the stopping rule was met."""
+    est.posterior_ = engine.posterior(est.model_, est.state_)
+    est.__dict__.pop("outlier_proba_", None)          # an earlier rmgpc fit's, of other rows
+    if METHODS[p["method"]].outlier_model:
+        est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
+    est.history_ = history.as_dict()
+    est.n_iter_ = len(history.iteration)
+    est._fitted_as_ = structure(p)     # what a warm start may continue
+    est._full_gp_ = full_gp
+    est.warm_started_ = bool(warm)
+    est.converged_ = bool(history.converged)
+    if p["tol"] is not None and not est.converged_:
+        what = "held-out log-likelihood" if p["early_stopping"] else "objective"
+        moved = "improved" if p["early_stopping"] else "moved"
+        warnings.warn(f"{p['method']} stopped after {est.n_iter_} iterations (max_iter / n_epochs) before it "
+                      f"converged: its {what} still {moved} by more than tol={p['tol']:g} (per datum) within the "
+                      f"last {p['n_iter_no_change']} checks; raise max_iter (or n_epochs) or learning_rate, or set "
+                      "tol", ConvergenceWarning, stacklevel=5)
+
+
+def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: dict):
+    """Fit from a source without loading it (streamable methods, minibatches only).
+
+    One streaming pass (``stream.statistics``) gives N, the classes and their counts (SEP's slot
+    counts), the features' standard deviations (the length-scale initialisation, as for arrays)
+    and a uniform sample of 20 000 rows for the k-means inducing initialisation. Features are used
+    as the source gives them, as for arrays: standardise with ``stream.standardized(source)``.
+    Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
+    are not refreshed by a final full-data update (that would be one more pass over the data).
+    """
+    caps = METHODS[p["method"]].capabilities
+    if not caps.streamable:
+        why = "keeps per-point state and needs the data in memory" if caps.per_row_state or \
+            caps.full_batch_only else "is not implemented for streaming"
+        raise ValueError(f"method={p['method']!r} {why}; streaming supports "
+                         f"{', '.join(map(repr, capable('streamable')))}")
+    if p["batch_size"] is None:
+        raise ValueError("streaming from a file or source needs minibatches: set batch_size")
+    if p["early_stopping"]:
+        raise ValueError("early_stopping holds out rows of in-memory data; a streamed fit stops on its training "
+                         "objective (tol, n_iter_no_change): set early_stopping=False")
+    if p["feature_extractor"] is not None:
+        raise ValueError("streaming does not support a feature_extractor; fit it on arrays")
+    rng = check_random_state(p["random_state"])
+    seed = int(rng.randint(0, 2 ** 31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    st = stream.statistics(source, sample_size=20000, seed=seed)
+    if st.classes is None:
+        raise ValueError("the source has no labels (target=None); fitting needs them")
+    check_classification_targets(st.classes)     # continuous labels: sklearn's error, as for arrays
+    if len(st.classes) < 2:
+        raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
+    previous_classes = getattr(est, "classes_", None)
+    N, D = st.n_rows, source.n_features
+    M = inducing_count(p, N, stacklevel=4)
+    warm = continues(est, p, D, st.classes, previous_classes, M)
+    est.classes_, est.n_features_in_ = st.classes, source.n_features
+    engine = make_engine(p)
+    counts = torch.as_tensor(st.class_counts, dtype=DTYPES[p["dtype"]], device=p["device"])
+    if warm:      # continue the previous fit (vi/arpep/rpapep/apep: as it is; sep: tied site rescaled below)
+        state = est.state_
+    else:
+        Z = init_inducing(st.X_sample, min(M, len(st.X_sample)), p["inducing_params"]["init"], seed=seed)
+        # as for arrays, with the largest deviation taken over the uniform sample of rows
+        est.model_ = build_model(p, D, len(est.classes_), Z, initial_lengthscales(st.X_sample, st.std))
+        state = engine.init(est.model_, None, None, generator)
+    if caps.rescalable:           # SEP's slot counts n_l from the class counts
+        state = engine.rescale(state, engine.counts_from_classes(counts))
+    loop = train_settings(p, run)
+    validate = validator(est, p, engine, X_val, y_val)
+    if p["verbose"]:
+        print(f"sgpc: {p['method']} streamed, {len(est.classes_)} classes, N={N}, D={D}, M={M}")
+    est.state_, history = fit_loop(est.model_, engine, state, stream.LabelEncoded(source, est.classes_), None,
+                                   loop, generator=generator, validate=validate, resume=resume, comm=comm)
+    finish(est, p, engine, history, warm, full_gp=False)
+    est._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
+    est.__dict__.pop("feature_names_in_", None)
+    return est
+
+
+def restore(est, d: dict) -> None:
+    """Set the fitted attributes of ``est`` (constructed with the file's parameters) from a model file's
+    content ``d`` (``persist.read_model``)."""
+    p = settings(est)
+    est._fitted_params_ = est.get_params(deep=False)
+    est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))
+    est.n_features_in_ = d["n_features_in"]
+    if "feature_names_in" in d:
+        est.feature_names_in_ = np.asarray(d["feature_names_in"], dtype=object)
+    Zshape = d["model"]["Z"].shape
+    D, C = Zshape[-1], len(est.classes_)   # the kernel's input dimension (features for a hybrid)
+    Z = np.zeros(tuple(Zshape[-2:]))
+    est.model_ = build_model(p, D, C, Z, lengthscale=None, extractor=copy_extractor(p))
+    est.model_.load_state_dict({k: v.to(p["device"]) for k, v in d["model"].items()})
+    est.model_.eval()
+    engine = make_engine(p)
+    state = engine.init(est.model_, None, None, torch.Generator())
+    est.state_ = load_state(state, d["state"])
+    if METHODS[p["method"]].outlier_model:
+        est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
+    dtype = DTYPES[p["dtype"]]
+    est.posterior_ = InducingPosterior(mean=d["posterior"]["mean"].to(p["device"], dtype),
+                                       chol=d["posterior"]["chol"].to(p["device"], dtype))
+    est.history_ = d["history"]
+    est.n_iter_ = d["n_iter"]
+    est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
+    est._fitted_as_ = structure(p)
+    est._full_gp_ = bool(d.get("full_gp", False))
+    if est._full_gp_:
+        est.model_.Z.requires_grad_(False)
+    if "row_keys" in d:
+        est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
+
+
+def load_device(path, params: dict, device: str | None) -> dict:
+    """The file's parameters ``params`` with the device to load on: ``device``, or the one it was fitted on — the
+    CPU (with a warning) when that was a CUDA device and none is available here."""
+    params = dict(params)
+    if device is not None:
+        check_device(device)              # the argument's fault, not the file's
+        params["device"] = device
+    elif str(params.get("device", "cpu")).startswith("cuda") and not torch.cuda.is_available():
+        warnings.warn(f"{path} was fitted on {params['device']!r}, which is not available here: loading on the CPU",
+                      UserWarning, stacklevel=3)
+        params["device"] = "cpu"
+    return params
