@@ -1,0 +1,127 @@
+"""Sphinx configuration of the sgpc documentation (``make docs``; see docs/README-docs in the Makefile).
+
+Offline by design: no intersphinx, no remote images. The gallery (examples/, sphinx-gallery) is executed;
+``SGPC_DOCS_QUICK=1`` runs only the examples named in ``QUICK`` (CI), the others are rendered unexecuted.
+"""
+import os
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+# The examples are tiny: a second torch thread only adds synchronisation on a shared 2-core machine.
+torch.set_num_threads(1)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import sgpc  # noqa: E402
+
+project = "sgpc"
+author = "the sgpc developers"
+copyright = "the sgpc developers"
+release = version = sgpc.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.napoleon",      # the docstrings are Google style ("Args:", "Returns:"), not numpydoc
+    "sphinx.ext.mathjax",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
+                    "auto_examples/*.md5", "auto_examples/*.codeobj.json", "sg_execution_times.rst"]
+root_doc = "index"
+
+# -- MyST: the Markdown pages that already exist in docs/ are included as they are ----------------------
+myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_heading_anchors = 3
+
+# -- autodoc + napoleon -------------------------------------------------------------------------------
+autodoc_default_options = {"members": True, "show-inheritance": False, "member-order": "bysource"}
+autodoc_typehints = "none"          # the docstrings state shapes and types in words
+autodoc_mock_imports = []
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+napoleon_use_ivar = True            # "Attributes:" as fields, not a second description of dataclass fields
+
+# The docstrings are written as plain text with Unicode maths (|B_r|, x_i, fitted attributes such as
+# classes_): characters that reStructuredText would read as markup are escaped outside ``literals``
+# before napoleon parses the sections.
+_LITERAL = re.compile(r"(``.+?``|`[^`]+`)")
+_TRAILING_UNDERSCORE = re.compile(r"(?<=\w)_(?=\W|$)")
+
+
+def _escape_plain_text(app, what, name, obj, options, lines):
+    for i, line in enumerate(lines):
+        parts = _LITERAL.split(line)
+        for j in range(0, len(parts), 2):              # even parts lie outside literals
+            text = parts[j].replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
+            parts[j] = _TRAILING_UNDERSCORE.sub(r"\\_", text)
+        lines[i] = "".join(parts)
+
+
+def _indent(line: str) -> int:
+    """Where a line's text starts; for a bullet item, where its body starts."""
+    stripped = line.lstrip()
+    n = len(line) - len(stripped)
+    return n + 2 if stripped[:2] in ("* ", "- ") else n
+
+
+def _separate_indented_blocks(app, what, name, obj, options, lines):
+    """Blank lines around indented formula lines of plain-text docstrings (after napoleon): a line indented
+    below a paragraph starts a block quote, a line indented less than the one above it ends one (instead of
+    a broken definition list or block quote)."""
+    out = []
+    for line in lines:
+        prev = out[-1] if out else ""
+        if line.strip() and prev.strip():
+            ind, prev_ind = len(line) - len(line.lstrip()), len(prev) - len(prev.lstrip())
+            opener = prev.lstrip().startswith((":", ".."))     # field bodies and directives indent on purpose
+            if (ind > _indent(prev) and not opener) or (ind < prev_ind and not line.lstrip().startswith(":")):
+                out.append("")
+        out.append(line)
+    lines[:] = out
+
+
+def _skip_member(app, what, name, obj, skip, options):
+    """Leave out the set_*_request methods scikit-learn generates for metadata routing."""
+    return True if re.fullmatch(r"set_\w+_request", name) else None
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _escape_plain_text, priority=100)
+    app.connect("autodoc-process-docstring", _separate_indented_blocks, priority=900)
+    app.connect("autodoc-skip-member", _skip_member)
+
+
+# -- sphinx-gallery ---------------------------------------------------------------------------------
+QUICK = r"plot_(quickstart|decision_boundary)\.py"
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": QUICK if os.environ.get("SGPC_DOCS_QUICK") else r"plot_",
+    "within_subsection_order": "FileNameSortKey",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "show_memory": False,
+    "min_reported_time": 1e9,     # the machine is shared: no run times printed in the pages
+}
+
+# -- HTML -----------------------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"sgpc {release}"
+html_static_path = []
+html_theme_options = {
+    "navigation_depth": 2,
+    "show_prev_next": False,
+    "secondary_sidebar_items": ["page-toc"],
+    "footer_start": ["copyright"],
+    "footer_end": [],
+}
+html_show_sourcelink = False
