@@ -19,6 +19,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import sgpc  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "docs"))
+import reproduce_table  # noqa: E402
+
+# the table of reproducing.rst follows docs/results/*.md and results/*.jsonl
+reproduce_table.write(ROOT / "docs" / "_generated" / "reproducing_table.rst")
+
 project = "sgpc"
 author = "the sgpc developers"
 copyright = "the sgpc developers"
@@ -33,7 +39,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
+exclude_patterns = ["_build", "_generated", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip",
                     "auto_examples/*.md5", "auto_examples/*.codeobj.json", "sg_execution_times.rst"]
 root_doc = "index"
 
