@@ -122,9 +122,15 @@ sphinx_gallery_conf = {
 # -- HTML -----------------------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
 html_title = f"sgpc {release}"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["sgpc.css"]
+# pages without sub-pages: no empty section-navigation column
+html_sidebars = {page: [] for page in ("index", "getting-started", "choosing", "reproducing")}
 html_theme_options = {
     "navigation_depth": 2,
+    "header_links_before_dropdown": 5,
+    "navbar_persistent": [],
+    "navbar_end": ["search-button", "theme-switcher"],
     "show_prev_next": False,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
