@@ -81,21 +81,27 @@ def _cell(text: str) -> str:
 
 
 def table() -> str:
-    out = [".. list-table::", "   :header-rows: 1", "   :widths: 18 20 40 10 12", "",
-           "   * - Paper", "     - Table / figure", "     - Command", "     - Recorded compute", "     - Results"]
-    used_scripts = set()
+    """One section per paper, each with a table: table/figure, command, recorded compute, results."""
+    out, used_scripts = [], set()
     for page in PAGES:
-        for title, heading, commands, files in sections(page):
+        rows = list(sections(page))
+        if not rows:
+            continue
+        title = rows[0][0]
+        out += [title, "-" * len(title), "", ".. list-table::", "   :header-rows: 1", "   :widths: 22 48 12 18",
+                "   :class: sgpc-reproduce", "", "   * - Table / figure", "     - Command", "     - Recorded compute",
+                "     - Results"]
+        for _, heading, commands, files in rows:
             used_scripts.update(re.findall(r"benchmarks/paper/(\w+\.py)", " ".join(commands)))
-            out.append(f"   * - {_cell(title)}")
-            out.append(f"     - {_cell(heading)}")
+            out.append(f"   * - {_cell(heading)}")
             out.append("     - .. code-block:: bash")
             out.append("")
             out.extend(f"          {c}" for c in commands)
             out.append("")
             out.append(f"     - {_duration(recorded_seconds(files))}")
             links = ", ".join(f"``{f}``" for f in files) or "—"
-            out.append(f"     - :doc:`results/{page}`; {links}")
+            out.append(f"     - :doc:`{page} <results/{page}>`; {links}")
+        out.append("")
     unused = sorted(p.name for p in (ROOT / "benchmarks" / "paper").glob("*.py") if p.name not in used_scripts)
     if unused:
         out += ["", "Scripts in ``benchmarks/paper/`` that no results page runs yet: "

@@ -24,18 +24,34 @@ from sklearn.preprocessing import StandardScaler
 from sgpc import GPClassifier
 from sgpc.uncertainty import active_learning
 
-# The refits are deliberately short (the page must build in seconds): they stop at their step budget
-# before the objective has settled, which sgpc reports as a ConvergenceWarning.
+# The refits are deliberately short (the page must build in seconds): they stop at
+# their step budget before the objective has settled (a ConvergenceWarning).
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
 
 X, y = load_iris(return_X_y=True)
 X = StandardScaler().fit_transform(X)
-X_pool, X_test, y_pool, y_test = train_test_split(X, y, test_size=0.4, random_state=0, stratify=y)
+X_pool, X_test, y_pool, y_test = train_test_split(
+    X, y, test_size=0.4, random_state=0, stratify=y
+)
 
-gp = GPClassifier(method="vi", n_inducing=8, max_iter=40, learning_rate=0.05, random_state=0)
-runs = {acq: active_learning(gp, X_pool, y_pool, X_test, y_test, n_queries=8, acquisition=acq,
-                             n_samples=30, refit_max_iter=15, random_state=0)
-        for acq in ("variation_ratio", "random")}
+gp = GPClassifier(
+    method="vi", n_inducing=8, max_iter=40, learning_rate=0.05, random_state=0
+)
+runs = {
+    acq: active_learning(
+        gp,
+        X_pool,
+        y_pool,
+        X_test,
+        y_test,
+        n_queries=8,
+        acquisition=acq,
+        n_samples=30,
+        refit_max_iter=15,
+        random_state=0,
+    )
+    for acq in ("variation_ratio", "random")
+}
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
 for acq, run in runs.items():

@@ -20,45 +20,73 @@ import matplotlib.pyplot as plt
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.exceptions import ConvergenceWarning
 
 from sgpc import GPClassifier, metrics
 from sgpc.plot import ReliabilityDisplay
 
-# The iteration budgets here are deliberately small (the page must build in seconds): the fits stop at
-# max_iter before the objective has settled, which sgpc reports as a ConvergenceWarning.
+# The iteration budgets are deliberately small (the page must build in seconds): the
+# fits stop at max_iter before the objective has settled, which sgpc reports as a
+# ConvergenceWarning.
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
 
-X, y = make_classification(n_samples=900, n_features=6, n_informative=4, n_redundant=0, n_classes=4,
-                           n_clusters_per_class=1, class_sep=1.0, random_state=1)
-X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5, random_state=0, stratify=y)
+X, y = make_classification(
+    n_samples=900,
+    n_features=6,
+    n_informative=4,
+    n_redundant=0,
+    n_classes=4,
+    n_clusters_per_class=1,
+    class_sep=1.0,
+    random_state=1,
+)
+X_train, X_test, y_train, y_test = train_test_split(
+    X, y, test_size=0.5, random_state=0, stratify=y
+)
 
 
 def gp(method):
-    return make_pipeline(StandardScaler(), GPClassifier(method=method, n_inducing=20, max_iter=150,
-                                                        learning_rate=0.05, random_state=0))
+    return make_pipeline(
+        StandardScaler(),
+        GPClassifier(
+            method=method,
+            n_inducing=20,
+            max_iter=150,
+            learning_rate=0.05,
+            random_state=0,
+        ),
+    )
 
 
 models = {
     "GP classifier (sep)": gp("sep"),
     "GP classifier (vi)": gp("vi"),
-    "logistic regression": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)),
-    "random forest + isotonic": CalibratedClassifierCV(RandomForestClassifier(n_estimators=100, random_state=0),
-                                                       method="isotonic", cv=3),
+    "logistic regression": make_pipeline(
+        StandardScaler(), LogisticRegression(max_iter=1000)
+    ),
+    "random forest + isotonic": CalibratedClassifierCV(
+        RandomForestClassifier(n_estimators=100, random_state=0),
+        method="isotonic",
+        cv=3,
+    ),
 }
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 9.5), layout="constrained", sharex=True, sharey=True)
+fig, axes = plt.subplots(
+    2, 2, figsize=(11, 9.5), layout="constrained", sharex=True, sharey=True
+)
 for ax, (name, model) in zip(axes.ravel(), models.items()):
     model.fit(X_train, y_train)
-    ReliabilityDisplay.from_estimator(model, X_test, y_test, n_bins=10, name=name, ax=ax)
+    ReliabilityDisplay.from_estimator(
+        model, X_test, y_test, n_bins=10, name=name, ax=ax
+    )
     ax.set_title(name)
     idx = metrics.class_indices(y_test, model.classes_)
     s = metrics.evaluate(idx, model.predict_proba(X_test), n_bins=10)
-    print(f"{name:26s} error {s['error']:.3f}  NLL {s['nll']:.3f}  Brier {s['brier']:.3f}  ECE {s['ece']:.3f}")
+    print(f"{name:26s}", "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
 plt.show()
 
 # %%

@@ -21,25 +21,29 @@ import warnings
 
 import matplotlib.pyplot as plt
 from sklearn.datasets import load_wine
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.exceptions import ConvergenceWarning
 
 from sgpc import GPClassifier, metrics
 from sgpc.plot import ReliabilityDisplay, plot_history
 
-# The iteration budgets here are deliberately small (the page must build in seconds): the fits stop at
-# max_iter before the objective has settled, which sgpc reports as a ConvergenceWarning.
+# The iteration budgets are deliberately small (the page must build in seconds): the
+# fits stop at max_iter before the objective has settled, which sgpc reports as a
+# ConvergenceWarning.
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
 
 X, y = load_wine(return_X_y=True)
-X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+X_train, X_test, y_train, y_test = train_test_split(
+    X, y, test_size=0.3, random_state=0, stratify=y
+)
 
 scaler = StandardScaler().fit(X_train)
 gp = GPClassifier(method="vi", n_inducing=20, max_iter=150, random_state=0)
-gp.fit(scaler.transform(X_train), y_train,
-       X_val=scaler.transform(X_test), y_val=y_test)   # optional: a validation curve in history_
+gp.fit(
+    scaler.transform(X_train), y_train, X_val=scaler.transform(X_test), y_val=y_test
+)  # optional: a validation curve in history_
 
 # %%
 # Predict
@@ -60,7 +64,10 @@ print({k: round(v, 4) for k, v in scores.items()})
 # In a pipeline
 # -------------
 # The same model inside a scikit-learn pipeline, so that standardisation travels with it:
-pipe = make_pipeline(StandardScaler(), GPClassifier(method="vi", n_inducing=20, max_iter=150, random_state=0))
+pipe = make_pipeline(
+    StandardScaler(),
+    GPClassifier(method="vi", n_inducing=20, max_iter=150, random_state=0),
+)
 pipe.fit(X_train, y_train)
 print(f"pipeline accuracy: {pipe.score(X_test, y_test):.3f}")
 

@@ -11,9 +11,8 @@ Here a Parquet file is written from scikit-learn's digits (1 797 rows, 64 pixel 
 into a temporary directory, with small row groups so that the file has several blocks.
 """
 
-import warnings
-
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from sgpc import GPClassifier, metrics, stream
 
-# The iteration budgets here are deliberately small (the page must build in seconds): the fits stop at
-# max_iter before the objective has settled, which sgpc reports as a ConvergenceWarning.
+# The iteration budgets are deliberately small (the page must build in seconds): the
+# fits stop at max_iter before the objective has settled, which sgpc reports as a
+# ConvergenceWarning.
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
 
 X, y = load_digits(return_X_y=True)
@@ -35,14 +35,23 @@ train, test = order[:1400], order[1400:]
 tmp = Path(tempfile.mkdtemp(prefix="sgpc-gallery-"))
 path = tmp / "digits.parquet"
 names = [f"pixel{j}" for j in range(X.shape[1])]
-chunks = ((X[train][i:i + 200], y[train][i:i + 200]) for i in range(0, len(train), 200))
+chunks = (
+    (X[train][i : i + 200], y[train][i : i + 200]) for i in range(0, len(train), 200)
+)
 stream.write_parquet(path, chunks, names, target="digit", row_group_size=200)
 print(pq.ParquetFile(path).metadata)
 
 # %%
 # Fit from the file: ``y`` names the label column (default: the last column). Streaming needs
 # minibatches (``batch_size``); ``n_epochs`` counts passes over the file.
-gp = GPClassifier(method="vi", n_inducing=20, batch_size=200, n_epochs=4, learning_rate=0.05, random_state=0)
+gp = GPClassifier(
+    method="vi",
+    n_inducing=20,
+    batch_size=200,
+    n_epochs=4,
+    learning_rate=0.05,
+    random_state=0,
+)
 gp.fit(str(path), "digit")
 print(f"{gp.n_iter_} steps over N = {len(train)} streamed rows; classes {gp.classes_}")
 

@@ -208,8 +208,10 @@ class BoundaryDisplay:
         if self.inducing is not None:
             edge = "black" if self.inducing_latent is None else [colours(int(k) % 10) for k in self.inducing_latent]
             self.inducing_ = ax.scatter(self.inducing[:, 0], self.inducing[:, 1], marker="D", s=40,
-                                        facecolors="none", edgecolors=edge, linewidths=1.8, zorder=4,
-                                        label="inducing inputs")
+                                        facecolors="none", edgecolors=edge, linewidths=1.8, zorder=4)
+            # the legend's marker in black: one set per latent function is drawn in its class's colour
+            ax.scatter([], [], marker="D", s=40, facecolors="none", edgecolors="black", linewidths=1.8,
+                       label="inducing inputs")
         if self.X is not None or self.inducing is not None:
             ax.legend(loc="upper right", fontsize="small", framealpha=0.9)
         ax.set_xlabel(self.xlabel)
