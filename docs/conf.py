@@ -1,4 +1,4 @@
-"""Sphinx configuration of the sgpc documentation (``make docs``; see docs/README-docs in the Makefile).
+"""Sphinx configuration of the sgpc documentation, built by ``make docs`` (every example) or ``make docs-quick``.
 
 Offline by design: no intersphinx, no remote images. The gallery (examples/, sphinx-gallery) is executed;
 ``SGPC_DOCS_QUICK=1`` runs only the examples named in ``QUICK`` (CI), the others are rendered unexecuted.
@@ -34,7 +34,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",      # the docstrings are Google style ("Args:", "Returns:"), not numpydoc
-    "sphinx.ext.mathjax",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
 ]
@@ -44,7 +43,8 @@ exclude_patterns = ["_build", "_generated", "auto_examples/*.ipynb", "auto_examp
 root_doc = "index"
 
 # -- MyST: the Markdown pages that already exist in docs/ are included as they are ----------------------
-myst_enable_extensions = ["dollarmath", "colon_fence"]
+myst_enable_extensions = ["colon_fence"]
+# maths is written in Unicode (as in the docstrings), so pages need no MathJax from a CDN to read offline
 myst_heading_anchors = 3
 
 # -- autodoc + napoleon -------------------------------------------------------------------------------
