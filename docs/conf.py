@@ -117,6 +117,7 @@ sphinx_gallery_conf = {
     "remove_config_comments": True,
     "show_memory": False,
     "min_reported_time": 1e9,     # the machine is shared: no run times printed in the pages
+    "capture_repr": (),           # the examples print what they show; no estimator reprs after fit()
 }
 
 # -- HTML -----------------------------------------------------------------------------------------------
@@ -132,7 +133,8 @@ html_theme_options = {
     "navbar_persistent": [],
     "navbar_end": ["search-button", "theme-switcher"],
     "show_prev_next": False,
-    "secondary_sidebar_items": ["page-toc"],
+    # the example pages have no right-hand column, so that their code has the width
+    "secondary_sidebar_items": {f"auto_examples/{p.stem}": [] for p in (ROOT / "examples").glob("plot_*.py")},
     "footer_start": ["copyright"],
     "footer_end": [],
 }
