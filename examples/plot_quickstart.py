@@ -74,12 +74,15 @@ print(f"pipeline accuracy: {pipe.score(X_test, y_test):.3f}")
 # %%
 # Plots
 # -----
-# ``plot_history`` draws the training objective and, because ``fit`` was given validation data, the
-# validation NLL against training time. ``ReliabilityDisplay`` compares each confidence bin's accuracy
-# with its confidence; its legend gives the ECE.
+# ``plot_history`` draws the training objective and, because ``fit`` was given validation
+# data, the validation NLL against training time.
 plot_history(gp)
+plt.show()
 
-fig, ax = plt.subplots(figsize=(5, 4.5), layout="constrained")
+# %%
+# ``ReliabilityDisplay`` compares each confidence bin's accuracy with its confidence; its
+# legend gives the ECE. On 54 test points with 5 bins it is a coarse picture.
+fig, ax = plt.subplots(figsize=(6, 5), layout="constrained")
 ReliabilityDisplay.from_estimator(pipe, X_test, y_test, n_bins=5, name="GP (vi)", ax=ax)
 ax.set_title("wine, test split")
 plt.show()

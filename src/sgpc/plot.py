@@ -99,7 +99,7 @@ class ReliabilityDisplay:
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("confidence (top-label probability)")
         ax.set_ylabel("accuracy")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", fontsize="small")
         self.ax_, self.figure_ = ax, ax.figure
         return self
 
