@@ -25,6 +25,67 @@ import reproduce_table  # noqa: E402
 # the table of reproducing.rst follows docs/results/*.md and results/*.jsonl
 reproduce_table.write(ROOT / "docs" / "_generated" / "reproducing_table.rst")
 
+# -- API reference: one page per group of modules, written at build time so that every module of the
+# package (each documented through its __all__) appears; a module no group names goes to "Other modules".
+API_GROUPS = [
+    ("estimator", "The estimator", "``sgpc.GPClassifier`` follows scikit-learn's estimator contract.",
+     ["estimator", "fitting"]),
+    ("plot", "Plots", "scikit-learn-style ``Display`` objects (matplotlib is the optional ``plot`` extra).", ["plot"]),
+    ("metrics", "Metrics, uncertainty and active learning", "", ["metrics", "uncertainty"]),
+    ("data", "Data, streaming and data-parallel training", "", ["datasets", "tabular", "stream", "distributed"]),
+    ("model", "Model building blocks", "What a method is made of: the registry of names, kernels, likelihoods, "
+     "the sparse GP and its Gaussian algebra.", ["registry", "kernels", "likelihoods", "sparse", "gaussian",
+                                                 "quadrature"]),
+    ("engines", "Inference engines", "One module per family; each engine implements the protocol in "
+     "``sgpc.engine``.", ["engine", "vi", "natgrad", "sites", "ep", "sep", "fitc_ep", "rmgpc"]),
+    ("training", "Fitting machinery", "The fit loop, model files, warm starts, initialisation and input checks.",
+     ["train", "persist", "warm_start", "initialization", "validation"]),
+    ("mcmc", "MCMC reference", "", ["mcmc"]),
+    ("cli", "Command line", "The ``sgpc`` command (``python -m sgpc``).", ["cli"]),
+]
+# documented elsewhere: the package's own docstring (index), its entry point, and the likelihood
+# submodules (``sgpc.likelihoods`` re-exports every public name of them)
+API_SKIP = {"__main__", "likelihoods.base", "likelihoods.robust_max", "likelihoods.additive", "likelihoods.hinge"}
+API_EXCLUDE = {"datasets": "Dataset, DataNotFoundError"}     # re-exported from sgpc.tabular
+
+
+def _write_api_pages(out: pathlib.Path) -> None:
+    import pkgutil
+    modules = sorted(m.name.removeprefix("sgpc.") for m in pkgutil.walk_packages(sgpc.__path__, "sgpc."))
+    modules = [m for m in modules if m not in API_SKIP]
+    # a group's modules that this checkout lacks are left out (e.g. a module added on another branch)
+    present = [(name, title, intro, [m for m in mods if m in modules]) for name, title, intro, mods in API_GROUPS]
+    grouped = {m for *_, mods in present for m in mods}
+    groups = present + ([("other", "Other modules", "", [m for m in modules if m not in grouped])]
+                        if set(modules) - grouped else [])
+    out.mkdir(parents=True, exist_ok=True)
+    pages = {"index.rst": "\n".join([
+        "API reference", "=============", "",
+        "Generated from the docstrings of every public name (each module's ``__all__``). The docstrings are",
+        "Google style (``Args:``/``Returns:``) and rendered with ``sphinx.ext.napoleon``; shapes follow",
+        ":doc:`../NOTATION`. Start with :class:`sgpc.estimator.GPClassifier` (imported as",
+        "``sgpc.GPClassifier``) and :doc:`plot`.", "", ".. toctree::", "   :maxdepth: 2", "",
+        *[f"   {name}" for name, *_ in groups], ""])}
+    for name, title, intro, mods in groups:
+        lines = [title, "=" * len(title), ""] + ([intro, ""] if intro else [])
+        for m in mods:
+            head = f"``sgpc.{m}``"
+            lines += [head, "-" * len(head), "", f".. automodule:: sgpc.{m}"]
+            if m in API_EXCLUDE:
+                lines += [f"   :exclude-members: {API_EXCLUDE[m]}", "",
+                          f"``{API_EXCLUDE[m].replace(', ', '`` and ``')}`` are documented under ``sgpc.tabular``."]
+            lines.append("")
+        pages[f"{name}.rst"] = "\n".join(lines)
+    for fname, text in pages.items():
+        path = out / fname
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+    for stale in set(p.name for p in out.glob("*.rst")) - set(pages):
+        (out / stale).unlink()
+
+
+_write_api_pages(ROOT / "docs" / "api")
+
 project = "sgpc"
 author = "the sgpc developers"
 copyright = "the sgpc developers"
