@@ -151,6 +151,33 @@ def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
     assert explicit.device == "cpu"
 
 
+def test_model_files_record_their_versions_and_refuse_a_newer_format(fitted, tmp_path):
+    import sgpc
+    from sgpc.persist import MODEL_VERSION
+    clf, X, _ = fitted
+    path = tmp_path / "m.pt"
+    clf.save(path)
+    d = torch.load(path, weights_only=True)
+    assert d["sgpc_version"] == sgpc.__version__ and d["torch_version"] == str(torch.__version__)
+    assert type(d["torch_version"]) is str
+    del d["checksum"]
+    d.update(version=MODEL_VERSION + 1, sgpc_version="9.9.0")
+    d["checksum"] = digest(d)
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match=rf"written by sgpc 9\.9\.0 in model format version {MODEL_VERSION + 1}; "
+                                             rf"this sgpc \(.*\) reads format version {MODEL_VERSION}: upgrade sgpc"):
+        GPClassifier.load(path)
+    del d["checksum"], d["sgpc_version"]
+    d["checksum"] = digest(d)
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match="written by a newer sgpc"):
+        GPClassifier.load(path)
+    d["version"] = "1"                                   # not a version number at all
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match="has model format version '1'"):
+        GPClassifier.load(path)
+
+
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
     clf, _, _ = fitted

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
-           "save_model", "load_model", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "save_model", "load_model", "check_model_version", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -116,8 +116,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 # -- model files ------------------------------------------------------------------------------------
 def save_model(path: str | os.PathLike, payload: dict) -> None:
-    """Write a model ``payload`` (plain values and tensors) with its format tag, version and checksum."""
-    payload = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **payload}
+    """Write a model ``payload`` (plain values and tensors) with its format tag and version, the sgpc and torch
+    versions that wrote it ("sgpc_version", "torch_version") and its checksum."""
+    payload = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **_written_with(), **payload}
     payload["checksum"] = digest(payload)
     atomic_save(path, payload)
 
@@ -128,13 +129,36 @@ def load_model(path: str | os.PathLike) -> dict:
     d = _read(path, ModelFileError, "model file")
     if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
         raise ModelFileError(f"{path} is not an sgpc model file")
-    if d.get("version") != MODEL_VERSION:
-        raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {MODEL_VERSION}")
+    check_model_version(path, d)
     stored = d.pop("checksum", None)        # files written before checksums were added have none
     if stored is not None and stored != digest(d):
         raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
                              "its content); refit or restore the file from a copy")
     return d
+
+
+def _written_with() -> dict:
+    """The versions of sgpc and torch that write a model file (for the reader's messages; not checked)."""
+    from . import __version__       # at call time: the package imports this module while it initialises
+    return {"sgpc_version": __version__, "torch_version": str(torch.__version__)}   # str: TorchVersion is no plain value
+
+
+def check_model_version(path: str | os.PathLike, d: dict) -> None:
+    """A ``ModelFileError`` unless ``d`` (a model file's content) is in the format version this sgpc reads.
+
+    A file of a newer format was written by a newer sgpc: the message names it (files from before the
+    versions were recorded lack "sgpc_version") and says to upgrade."""
+    from . import __version__
+    version = d.get("version")
+    if version == MODEL_VERSION:
+        return
+    if isinstance(version, int) and not isinstance(version, bool) and version > MODEL_VERSION:
+        writer = d.get("sgpc_version")
+        by = f"sgpc {writer}" if isinstance(writer, str) else "a newer sgpc"
+        raise ModelFileError(f"{path} was written by {by} in model format version {version}; this sgpc "
+                             f"({__version__}) reads format version {MODEL_VERSION}: upgrade sgpc "
+                             "(pip install -U sgpc) to load it")
+    raise ModelFileError(f"{path} has model format version {version!r}; this sgpc reads {MODEL_VERSION}")
 
 
 # -- engine state <-> plain dictionaries ------------------------------------------------------------
