@@ -1,7 +1,8 @@
-"""Tests of sgpc.cli: fit -> predict -> evaluate round trips, the demo, and user-error exit codes.
+"""Tests of sgpc.cli: fit -> predict -> evaluate round trips, the options table, the demo, and user-error exit codes.
 
-Everything runs in-process through ``main(argv)`` with tiny fits (iris, 20 steps, M = 10), except
-one subprocess check that ``python -m sgpc`` works.
+Most run in-process through ``main(argv)`` with tiny fits (iris, 20 steps, M = 10); the ``--json`` summary, the
+new options and ``predict`` on a model saved from Python run through the real entry point (``python -m sgpc``,
+the console script's ``sgpc.cli:main``) in a subprocess.
 """
 import csv
 import json
@@ -39,9 +40,23 @@ def _write_iris_csv(path, with_label=True, rows=slice(None)):
 
 
 def _read_csv(path):
+    """Header and probabilities [N,C] of a predict output (its first column, the predicted label, dropped)."""
+    header, labels, proba = _read_predictions(path)
+    return header, proba
+
+
+def _read_predictions(path):
+    """Class columns of the header, predicted labels [N] (text) and probabilities [N,C] of a predict output."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    return rows[0], np.array(rows[1:], dtype=float)
+    assert rows[0][0] == "predicted"
+    return rows[0][1:], np.array([r[0] for r in rows[1:]]), np.array([r[1:] for r in rows[1:]], dtype=float)
+
+
+def _record(model):
+    """The data record that ``fit`` stores in the model file."""
+    from sgpc import GPClassifier
+    return GPClassifier.load(model).metadata_[cli.RECORD_KEY]
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +77,11 @@ def file_model(tmp_path_factory):
     return model, data
 
 
-def test_fit_by_name_writes_model_and_sidecar(name_model, capsys):
-    side = json.loads((name_model.parent / "iris.pt.json").read_text())
+def test_fit_by_name_records_the_data_in_the_model_file(name_model, capsys):
+    side = _record(name_model)
     assert side["source"] == "name" and side["data"] == "iris" and side["seed"] == 0
     assert len(side["mean"]) == len(side["std"]) == 4
+    assert not (name_model.parent / "iris.pt.json").exists()          # no sidecar any more
 
 
 def test_evaluate_by_name_uses_the_test_split(name_model, tmp_path, capsys):
@@ -82,9 +98,10 @@ def test_file_round_trip(file_model, tmp_path, capsys):
     model, data = file_model
     out = tmp_path / "proba.csv"
     assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(out)]) == 0
-    header, proba = _read_csv(out)
+    header, labels, proba = _read_predictions(out)
     assert header == NAMES.tolist()
     assert proba.shape == (150, 3)
+    np.testing.assert_array_equal(labels, NAMES[proba.argmax(1)])      # vi: the most probable class
     np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-9)  # written with full float precision
 
     features = _write_iris_csv(tmp_path / "features.csv", with_label=False, rows=slice(0, 10))
@@ -110,7 +127,7 @@ def test_predict_to_stdout(name_model, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["predict", str(name_model), str(features)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "0,1,2" and len(lines) == 4
+    assert lines[0] == "predicted,0,1,2" and len(lines) == 4
 
 
 def test_predict_with_label_column_but_no_target_is_a_clear_error(file_model, capsys):
@@ -163,7 +180,7 @@ def test_libsvm_prediction_file_is_read_with_the_training_files_index_base(tmp_p
     # a 0-based training file; new rows whose feature 0 is zero never write index 0, so guessing
     # their base from the file alone read them as 1-based: every feature shifted by one column
     model = _fit_libsvm(tmp_path, 1, 0)
-    assert json.loads((tmp_path / "m.pt.json").read_text())["zero_based"] is True
+    assert _record(model)["zero_based"] is True
     implicit, explicit = tmp_path / "implicit.libsvm", tmp_path / "explicit.libsvm"
     implicit.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:1.3\n")
     explicit.write_text("0 0:0 1:0.5 2:-0.2\n1 0:0 1:-1.0 2:1.3\n")         # index 0 written: 0-based
@@ -298,7 +315,7 @@ def test_categorical_columns_keep_the_training_codes(tmp_path, capsys):
     train = _write_coloured_iris(tmp_path / "train.csv", slice(None))
     model = tmp_path / "m.pt"
     assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
-    assert json.loads((tmp_path / "m.pt.json").read_text())["levels"] == {"colour": ["blue", "green", "red"]}
+    assert _record(model)["levels"] == {"colour": ["blue", "green", "red"]}
     sub = _write_coloured_iris(tmp_path / "sub.csv", y < 2)            # setosa and versicolor: no blue
     full_p, sub_p = tmp_path / "full.csv", tmp_path / "sub_p.csv"
     assert cli.main(["predict", str(model), str(train), "--target", "species", "-o", str(full_p)]) == 0

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import stream
 from .initialization import extractor_features, initial_lengthscales
-from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
+from .persist import ModelFileError, check_plain, load_model, load_state, save_model, state_to_dict
 from .registry import (KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, OPTION_GROUPS, make_engine,
                        make_kernel, make_likelihood, resolve)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
@@ -136,7 +136,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
     posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, warm_started_; for "rmgpc"/"smgpc" also
-    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
+    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc"); after
+    ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
 
     def __init__(self, method: str = "vi", likelihood: str = "robustmax", kernel: str = "rbf",
@@ -579,13 +580,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self._outputs(X, 1), axis=1)]
 
     # -- persistence -----------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, metadata: dict | None = None) -> None:
         """Write the fitted model to ``path`` (plain tensors and values; see ``load``).
 
         A feature extractor is stored as its weights only (inside the model's state dict): ``load``
         needs a module of the same architecture.
+
+        Args:
+            path: the file. metadata: plain values (dicts with string keys, lists, strings, numbers, booleans,
+                None) stored with the model and given back by ``load`` as ``metadata_``; ``sgpc fit`` keeps
+                the preprocessing of its data there (``cli``).
         """
         check_is_fitted(self, "posterior_")
+        check_plain(metadata, "metadata")
         classes = self.classes_
         fitted_with = getattr(self, "_fitted_params_", None) or self.get_params(deep=False)
         params = {k: plain_value(k, v) for k, v in fitted_with.items() if k != "feature_extractor"}
@@ -606,6 +613,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             payload["full_gp"] = True
         if getattr(self, "_row_keys_", None) is not None:    # what a warm start matches sites by
             payload["row_keys"] = torch.as_tensor(self._row_keys_.view(np.int64))
+        if metadata:
+            payload["metadata"] = metadata
         save_model(path, payload)
 
     @classmethod
@@ -659,6 +668,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
             est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
+            est.metadata_ = dict(d.get("metadata") or {})
             est._fitted_as_ = est._structure()
             est._full_gp_ = bool(d.get("full_gp", False))
             if est._full_gp_:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
-           "save_model", "load_model", "check_model_version", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "save_model", "load_model", "check_model_version", "check_plain", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -135,6 +135,25 @@ def load_model(path: str | os.PathLike) -> dict:
         raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
                              "its content); refit or restore the file from a copy")
     return d
+
+
+def check_plain(value, name: str) -> None:
+    """A ``TypeError`` unless ``value`` is made of plain values only (dicts with string keys, lists, tuples,
+    strings, numbers, booleans, None): what a model file may hold besides tensors and still load with
+    ``weights_only``."""
+    if value is None or type(value) in (str, int, float, bool):
+        return
+    if type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            check_plain(v, f"{name}[{i}]")
+    elif type(value) is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                raise TypeError(f"{name} has the key {k!r} of type {type(k).__name__}; keys must be strings")
+            check_plain(v, f"{name}[{k!r}]")
+    else:
+        raise TypeError(f"{name} is a {type(value).__name__}; a model file holds plain values only (dicts with "
+                        "string keys, lists, strings, numbers, booleans, None): convert it (e.g. .tolist(), float())")
 
 
 def _written_with() -> dict:
