@@ -178,6 +178,20 @@ def test_model_files_record_their_versions_and_refuse_a_newer_format(fitted, tmp
         GPClassifier.load(path)
 
 
+def test_metadata_is_stored_with_the_model_and_must_be_plain(fitted, tmp_path):
+    clf, _, _ = fitted
+    meta = {"cli": {"mean": [0.5, 1.0], "levels": {"colour": ["blue"]}, "zero_based": None, "seed": 3}}
+    clf.save(tmp_path / "m.pt", metadata=meta)
+    assert GPClassifier.load(tmp_path / "m.pt").metadata_ == meta
+    clf.save(tmp_path / "plain.pt")
+    assert GPClassifier.load(tmp_path / "plain.pt").metadata_ == {}
+    with pytest.raises(TypeError, match=r"metadata\['mean'\] is a ndarray; .* \.tolist\(\)"):
+        clf.save(tmp_path / "bad.pt", metadata={"mean": np.zeros(2)})
+    with pytest.raises(TypeError, match="key 1 of type int"):
+        clf.save(tmp_path / "bad.pt", metadata={1: "x"})
+    assert not (tmp_path / "bad.pt").exists()
+
+
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
     clf, _, _ = fitted
