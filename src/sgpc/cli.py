@@ -110,6 +110,7 @@ class Option:
 
     @property
     def dest(self) -> str:
+        """The argparse attribute of the flag ("--n-inducing" -> "n_inducing")."""
         return self.flag.lstrip("-").replace("-", "_")
 
 
