@@ -598,7 +598,8 @@ def test_read_feature_blocks_equals_read_features(tmp_path, fmt):
         pq.write_table(pa.table({"a": X[:, 0], "colour": colour, "b": X[:, 1], "y": np.arange(257) % 2}), path,
                        row_group_size=100)
     else:
-        lines = ["a,colour,b,y"] + [f"{float(a)!r},{c},{float(b)!r},{i % 2}" for i, ((a, b), c) in enumerate(zip(X, colour))]
+        lines = ["a,colour,b,y"] + [f"{float(a)!r},{c},{float(b)!r},{i % 2}"
+                                    for i, ((a, b), c) in enumerate(zip(X, colour))]
         lines[40:40] = [""] * 30
         text = "\n".join(lines) + "\n"
         path.write_bytes(gzip.compress(text.encode()) if fmt.endswith("gz") else text.encode())

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
-           "save_model", "load_model", "check_model_version", "check_plain", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "save_model", "load_model", "check_model_version", "check_plain", "file_error_detail", "state_to_dict",
+           "load_state", "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -159,7 +160,8 @@ def check_plain(value, name: str) -> None:
 def _written_with() -> dict:
     """The versions of sgpc and torch that write a model file (for the reader's messages; not checked)."""
     from . import __version__       # at call time: the package imports this module while it initialises
-    return {"sgpc_version": __version__, "torch_version": str(torch.__version__)}   # str: TorchVersion is no plain value
+    # str(): torch.__version__ is a TorchVersion, which a weights_only load refuses
+    return {"sgpc_version": __version__, "torch_version": str(torch.__version__)}
 
 
 def check_model_version(path: str | os.PathLike, d: dict) -> None:
