@@ -24,8 +24,7 @@ from torch import nn
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
            "save_model", "load_model", "check_model_version", "check_plain", "file_error_detail", "state_to_dict",
-           "load_state", "MODEL_FORMAT",
-           "MODEL_VERSION", "CHECKPOINT_FORMAT"]
+           "load_state", "MODEL_FORMAT", "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
 MODEL_VERSION = 1

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 __all__ = ["DataNotFoundError", "Dataset", "load_file", "read_features", "read_feature_blocks", "CATEGORICAL_MODES",
-           "MISSING_MODES",
-           "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
+           "MISSING_MODES", "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
 
 CATEGORICAL_MODES = ("ordinal", "onehot")
 MISSING_MODES = ("error", "category")
