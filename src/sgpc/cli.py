@@ -483,7 +483,7 @@ def _cmd_fit_stream(args, started: float) -> int:
         target = names[target]
     src, st = stream.standardized(stream.ParquetSource(args.data, target=target))
     record = _record(args.data, "file", args.seed, target, args.data_dir, src.source.features, st.mean, st.std)
-    return _fit_and_save(args, src, None, record, f"{args.data} (streamed)", (st.n_rows, src.n_features), started)
+    return _fit_and_save(args, src, None, record, f"{args.data} (all rows, streaming)", (st.n_rows, src.n_features), started)
 
 
 def _estimator(args) -> GPClassifier:
