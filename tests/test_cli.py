@@ -1,7 +1,8 @@
-"""Tests of sgpc.cli: fit -> predict -> evaluate round trips, the demo, and user-error exit codes.
+"""Tests of sgpc.cli: fit -> predict -> evaluate round trips, the options table, the demo, and user-error exit codes.
 
-Everything runs in-process through ``main(argv)`` with tiny fits (iris, 20 steps, M = 10), except
-one subprocess check that ``python -m sgpc`` works.
+Most run in-process through ``main(argv)`` with tiny fits (iris, 20 steps, M = 10); the ``--json`` summary, the
+new options and ``predict`` on a model saved from Python run through the real entry point (``python -m sgpc``,
+the console script's ``sgpc.cli:main``) in a subprocess.
 """
 import csv
 import json
@@ -39,9 +40,23 @@ def _write_iris_csv(path, with_label=True, rows=slice(None)):
 
 
 def _read_csv(path):
+    """Header and probabilities [N,C] of a predict output (its first column, the predicted label, dropped)."""
+    header, labels, proba = _read_predictions(path)
+    return header, proba
+
+
+def _read_predictions(path):
+    """Class columns of the header, predicted labels [N] (text) and probabilities [N,C] of a predict output."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    return rows[0], np.array(rows[1:], dtype=float)
+    assert rows[0][0] == "predicted"
+    return rows[0][1:], np.array([r[0] for r in rows[1:]]), np.array([r[1:] for r in rows[1:]], dtype=float)
+
+
+def _record(model):
+    """The data record that ``fit`` stores in the model file."""
+    from sgpc import GPClassifier
+    return GPClassifier.load(model).metadata_[cli.RECORD_KEY]
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +77,11 @@ def file_model(tmp_path_factory):
     return model, data
 
 
-def test_fit_by_name_writes_model_and_sidecar(name_model, capsys):
-    side = json.loads((name_model.parent / "iris.pt.json").read_text())
+def test_fit_by_name_records_the_data_in_the_model_file(name_model, capsys):
+    side = _record(name_model)
     assert side["source"] == "name" and side["data"] == "iris" and side["seed"] == 0
     assert len(side["mean"]) == len(side["std"]) == 4
+    assert not (name_model.parent / "iris.pt.json").exists()          # no sidecar any more
 
 
 def test_evaluate_by_name_uses_the_test_split(name_model, tmp_path, capsys):
@@ -82,9 +98,10 @@ def test_file_round_trip(file_model, tmp_path, capsys):
     model, data = file_model
     out = tmp_path / "proba.csv"
     assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(out)]) == 0
-    header, proba = _read_csv(out)
+    header, labels, proba = _read_predictions(out)
     assert header == NAMES.tolist()
     assert proba.shape == (150, 3)
+    np.testing.assert_array_equal(labels, NAMES[proba.argmax(1)])      # vi: the most probable class
     np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-9)  # written with full float precision
 
     features = _write_iris_csv(tmp_path / "features.csv", with_label=False, rows=slice(0, 10))
@@ -110,7 +127,7 @@ def test_predict_to_stdout(name_model, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["predict", str(name_model), str(features)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "0,1,2" and len(lines) == 4
+    assert lines[0] == "predicted,0,1,2" and len(lines) == 4
 
 
 def test_predict_with_label_column_but_no_target_is_a_clear_error(file_model, capsys):
@@ -163,7 +180,7 @@ def test_libsvm_prediction_file_is_read_with_the_training_files_index_base(tmp_p
     # a 0-based training file; new rows whose feature 0 is zero never write index 0, so guessing
     # their base from the file alone read them as 1-based: every feature shifted by one column
     model = _fit_libsvm(tmp_path, 1, 0)
-    assert json.loads((tmp_path / "m.pt.json").read_text())["zero_based"] is True
+    assert _record(model)["zero_based"] is True
     implicit, explicit = tmp_path / "implicit.libsvm", tmp_path / "explicit.libsvm"
     implicit.write_text("0 1:0.5 2:-0.2\n1 1:-1.0 2:1.3\n")
     explicit.write_text("0 0:0 1:0.5 2:-0.2\n1 0:0 1:-1.0 2:1.3\n")         # index 0 written: 0-based
@@ -298,7 +315,7 @@ def test_categorical_columns_keep_the_training_codes(tmp_path, capsys):
     train = _write_coloured_iris(tmp_path / "train.csv", slice(None))
     model = tmp_path / "m.pt"
     assert cli.main(["fit", str(train), "-o", str(model), *TINY]) == 0
-    assert json.loads((tmp_path / "m.pt.json").read_text())["levels"] == {"colour": ["blue", "green", "red"]}
+    assert _record(model)["levels"] == {"colour": ["blue", "green", "red"]}
     sub = _write_coloured_iris(tmp_path / "sub.csv", y < 2)            # setosa and versicolor: no blue
     full_p, sub_p = tmp_path / "full.csv", tmp_path / "sub_p.csv"
     assert cli.main(["predict", str(model), str(train), "--target", "species", "-o", str(full_p)]) == 0
@@ -339,3 +356,119 @@ def test_numeric_model_evaluated_on_text_labels_warnings_in_one_line_and_nproc_c
     assert cli.main(["fit", str(path), "-o", str(tmp_path / "p.pt"), "--nproc", "2", "--learning-rate", "-1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["sgpc fit: error: learning_rate must be a finite number "
                                                              "in (0, ∞), got -1.0"]
+
+
+# -- the options table, the real entry point, fit --json, streamed predict, models saved from Python -------------
+def _run(*argv, cwd=None):
+    """``python -m sgpc ARGV`` in a subprocess (one torch thread): the entry point a user runs."""
+    import os
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "sgpc", *argv], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=cwd)
+
+
+def test_every_fit_option_reaches_a_gpclassifier_argument():
+    # the guard for renames: each flag's target is a constructor parameter or a key of an option dict
+    from sgpc import GPClassifier
+    from sgpc.registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS
+    params = GPClassifier().get_params()
+    groups = {"method_params": METHOD_OPTIONS, "likelihood_params": LIKELIHOOD_OPTIONS, "kernel_params": KERNEL_OPTIONS}
+    for opt in cli.FIT_OPTIONS:
+        if "." in opt.target:
+            group, key = opt.target.split(".")
+            assert key in groups[group], opt.flag
+        else:
+            assert opt.target in params, opt.flag
+    assert len({o.flag for o in cli.FIT_OPTIONS}) == len(cli.FIT_OPTIONS)
+
+
+def test_fit_options_become_estimator_arguments():
+    args = cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt", "--method", "pep", "--alpha", "0.3",
+                                          "--kernel", "matern32", "--epsilon", "0.01", "--epochs", "3",
+                                          "--batch-size", "16", "--tol", "none", "--device", "cpu", "--verbose"])
+    params = cli._estimator_params(args)
+    assert params["method"] == "pep" and params["kernel"] == "matern32" and params["n_epochs"] == 3
+    assert params["method_params"] == {"alpha": 0.3} and params["likelihood_params"] == {"epsilon": 0.01}
+    assert params["tol"] is None and params["verbose"] == 1 and params["random_state"] == 0
+    assert "kernel_params" not in params                     # no kernel flag given: the estimator's defaults
+    defaults = cli._estimator_params(cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt"]))
+    from sgpc import GPClassifier
+    expected = {k: v for k, v in GPClassifier().get_params().items() if k in defaults}
+    assert {**defaults, "random_state": None} == {**expected, "random_state": None}
+
+
+def test_help_lists_the_registry_choices():
+    from sgpc.registry import KERNELS, METHODS
+    from sgpc.validation import USER_LIKELIHOODS
+    text = cli.build_parser()._subparsers._group_actions[0].choices["fit"].format_help()
+    for names in (METHODS, USER_LIKELIHOODS, KERNELS):
+        assert "{" + ",".join(names) + "}" in text
+    assert "--device" in text and "--json" in text
+
+
+def test_console_script_is_the_cli():
+    import importlib.metadata
+    (script,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "sgpc"]
+    assert script.value == "sgpc.cli:main"
+
+
+def test_fit_json_and_options_through_the_entry_point(tmp_path):
+    from sgpc import GPClassifier
+    model = tmp_path / "m.pt"
+    run = _run("fit", "iris", "-o", str(model), "--method", "arpep", "--alpha", "0.7", "--kernel", "matern32",
+               "--epochs", "2", "--batch-size", "32", "--tol", "none", "--n-inducing", "10", "--json", "--verbose")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)                       # stdout is the JSON alone (--verbose goes to stderr)
+    assert summary["model"] == str(model) and summary["classes"] == [0, 1, 2] and summary["converged"] is False
+    assert summary["n_iter"] == 2 * (135 // 32) and summary["n_rows"] == 135 and summary["n_features"] == 4
+    assert summary["timings"]["total_s"] >= summary["timings"]["fit_s"] > 0
+    assert "sgpc: arpep" in run.stderr
+    est = GPClassifier.load(model)
+    assert (est.method, est.kernel, est.method_params, est.n_epochs, est.tol) == ("arpep", "matern32", {"alpha": 0.7},
+                                                                                   2, None)
+    wrong = _run("fit", "iris", "-o", str(tmp_path / "w.pt"), "--alpha", "0.5", *TINY)   # vi takes no alpha
+    assert wrong.returncode == 2 and "alpha" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_predict_streams_a_python_saved_model_in_blocks(tmp_path):
+    # a model saved from Python has no data record and no sidecar: its features are used as they are
+    from sgpc import GPClassifier
+    X, y = load_iris(return_X_y=True)
+    est = GPClassifier(method="bsvm", n_inducing=10, max_iter=20, random_state=0, tol=None).fit(X, NAMES[y])
+    est.save(tmp_path / "py.pt")
+    features = _write_iris_csv(tmp_path / "f.csv", with_label=False)
+    out = tmp_path / "p.csv"
+    run = _run("predict", str(tmp_path / "py.pt"), str(features), "-o", str(out), "--batch-size", "7")
+    assert run.returncode == 0, run.stderr
+    header, labels, proba = _read_predictions(out)
+    assert header == NAMES.tolist()
+    np.testing.assert_allclose(proba, est.predict_proba(X), rtol=1e-9)
+    np.testing.assert_array_equal(labels, est.predict(X))     # bsvm's own rule, not always argmax proba
+
+
+def test_an_old_sidecar_is_still_read(tmp_path, capsys):
+    from sgpc import GPClassifier
+    X, y = load_iris(return_X_y=True)
+    mean, std = X.mean(0), X.std(0)
+    est = GPClassifier(n_inducing=10, max_iter=20, random_state=0, tol=None).fit((X - mean) / std, y)
+    est.save(tmp_path / "old.pt")
+    (tmp_path / "old.pt.json").write_text(json.dumps({
+        "format": "sgpc-cli-sidecar", "version": 1, "data": "iris", "source": "name", "seed": 0, "target": None,
+        "data_dir": None, "feature_names": ["a", "b", "c", "d"], "mean": mean.tolist(), "std": std.tolist()}))
+    features = _write_iris_csv(tmp_path / "f.csv", with_label=False)
+    assert cli.main(["predict", str(tmp_path / "old.pt"), str(features), "-o", str(tmp_path / "p.csv")]) == 0
+    np.testing.assert_allclose(_read_csv(tmp_path / "p.csv")[1], est.predict_proba((X - mean) / std), rtol=1e-9)
+
+
+def test_a_bad_row_late_in_the_file_leaves_no_output(name_model, tmp_path, capsys):
+    X = load_iris().data
+    path = tmp_path / "f.csv"
+    rows = [",".join(map(str, x)) for x in X[:100]]
+    rows[90] = ",".join([*rows[90].split(",")[:1], "nan", *rows[90].split(",")[2:]])
+    path.write_text("a,b,c,d\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "p.csv"
+    capsys.readouterr()
+    assert cli.main(["predict", str(name_model), str(path), "-o", str(out), "--batch-size", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "row 91 of" in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "p.csv.tmp").exists()

@@ -583,3 +583,39 @@ def test_new_data_is_coded_with_the_training_levels(tmp_path, categorical):
     new.write_text("x,colour,y\nfive,red,a\n")
     with pytest.raises(ValueError, match="'x' is not numeric .*'five'.* not a categorical column"):
         datasets.load_file(new, levels=ds.levels)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
+def test_read_feature_blocks_equals_read_features(tmp_path, fmt):
+    # a block of blank lines mid-file must not end a CSV early; levels code every block alike
+    from sgpc import tabular
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(257, 2))
+    colour = np.array(["red", "green", "blue"])[rng.integers(0, 3, 257)]
+    path = tmp_path / f"f.{fmt}"
+    if fmt == "parquet":
+        pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+        pq.write_table(pa.table({"a": X[:, 0], "colour": colour, "b": X[:, 1], "y": np.arange(257) % 2}), path,
+                       row_group_size=100)
+    else:
+        lines = ["a,colour,b,y"] + [f"{float(a)!r},{c},{float(b)!r},{i % 2}"
+                                    for i, ((a, b), c) in enumerate(zip(X, colour))]
+        lines[40:40] = [""] * 30
+        text = "\n".join(lines) + "\n"
+        path.write_bytes(gzip.compress(text.encode()) if fmt.endswith("gz") else text.encode())
+    levels = {"colour": ["blue", "green", "red"]}
+    whole, names = tabular.read_features(path, target="y", levels=levels)
+    block_names, blocks = tabular.read_feature_blocks(path, target="y", levels=levels, block_rows=16)
+    blocks = list(blocks)
+    assert block_names == names == ("a", "colour", "b")
+    assert max(len(b) for b in blocks) <= 16 and len(blocks) >= 257 // 16
+    np.testing.assert_array_equal(np.concatenate(blocks), whole)
+
+
+def test_read_feature_blocks_names_the_file_row_of_a_bad_value(tmp_path):
+    from sgpc import tabular
+    path = tmp_path / "f.csv"
+    path.write_text("a,b\n" + "1,2\n" * 40 + "1,nan\n")
+    names, blocks = tabular.read_feature_blocks(path, block_rows=16)
+    with pytest.raises(ValueError, match=r"'b' .* at row 41 of"):
+        list(blocks)

@@ -152,6 +152,47 @@ def test_a_model_fitted_on_a_gpu_loads_on_a_cpu_only_machine(fitted, tmp_path):
     assert explicit.device == "cpu"
 
 
+def test_model_files_record_their_versions_and_refuse_a_newer_format(fitted, tmp_path):
+    import sgpc
+    from sgpc.persist import MODEL_VERSION
+    clf, X, _ = fitted
+    path = tmp_path / "m.pt"
+    clf.save(path)
+    d = torch.load(path, weights_only=True)
+    assert d["sgpc_version"] == sgpc.__version__ and d["torch_version"] == str(torch.__version__)
+    assert type(d["torch_version"]) is str
+    del d["checksum"]
+    d.update(version=MODEL_VERSION + 1, sgpc_version="9.9.0")
+    d["checksum"] = digest(d)
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match=rf"written by sgpc 9\.9\.0 in model format version {MODEL_VERSION + 1}; "
+                                             rf"this sgpc \(.*\) reads format version {MODEL_VERSION}: upgrade sgpc"):
+        GPClassifier.load(path)
+    del d["checksum"], d["sgpc_version"]
+    d["checksum"] = digest(d)
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match="written by a newer sgpc"):
+        GPClassifier.load(path)
+    d["version"] = "1"                                   # not a version number at all
+    torch.save(d, path)
+    with pytest.raises(ModelFileError, match="has model format version '1'"):
+        GPClassifier.load(path)
+
+
+def test_metadata_is_stored_with_the_model_and_must_be_plain(fitted, tmp_path):
+    clf, _, _ = fitted
+    meta = {"cli": {"mean": [0.5, 1.0], "levels": {"colour": ["blue"]}, "zero_based": None, "seed": 3}}
+    clf.save(tmp_path / "m.pt", metadata=meta)
+    assert GPClassifier.load(tmp_path / "m.pt").metadata_ == meta
+    clf.save(tmp_path / "plain.pt")
+    assert GPClassifier.load(tmp_path / "plain.pt").metadata_ == {}
+    with pytest.raises(TypeError, match=r"metadata\['mean'\] is a ndarray; .* \.tolist\(\)"):
+        clf.save(tmp_path / "bad.pt", metadata={"mean": np.zeros(2)})
+    with pytest.raises(TypeError, match="key 1 of type int"):
+        clf.save(tmp_path / "bad.pt", metadata={1: "x"})
+    assert not (tmp_path / "bad.pt").exists()
+
+
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")
 def test_truncated_foreign_and_malicious_model_files(fitted, tmp_path):
     clf, _, _ = fitted

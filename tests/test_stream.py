@@ -369,7 +369,7 @@ def test_cli_fit_stream_and_predict(tmp_path, capsys):
     feats = tmp_path / "X.csv"
     np.savetxt(feats, X, delimiter=",", header="x0,x1,x2", comments="")
     assert cli.main(["predict", model, str(feats), "-o", str(tmp_path / "p.csv")]) == 0
-    P = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1)
+    P = np.loadtxt(tmp_path / "p.csv", delimiter=",", skiprows=1, usecols=(1, 2, 3))  # 0: the predicted label
     np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-9)
     assert cli.main(["fit", str(path), "--stream", "--method", "ep", "--batch-size", "32", "-o", model]) == 2
     assert "per-point state" in capsys.readouterr().err

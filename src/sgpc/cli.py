@@ -1,23 +1,28 @@
 """The command line: ``sgpc fit | predict | evaluate | demo`` (also ``python -m sgpc``).
 
-A thin shell over ``GPClassifier``, ``datasets`` and ``metrics``: it parses arguments, reads and
+A thin shell over ``GPClassifier``, ``datasets``, ``tabular`` and ``metrics``: it parses arguments, reads and
 writes files and prints. It holds no maths, and no modelling choice beyond the demo's fixed settings.
 
 - ``sgpc fit DATA -o MODEL.pt``: DATA is a data-set name (``sgpc.datasets.available()``; the model is
   fitted on the training part of the paper's split protocol, ``datasets.train_test`` with ``--seed``)
   or a CSV / CSV.gz / Parquet / LIBSVM file (fitted on all its rows; label column ``--target``,
-  default the last). Features are standardised with the training mean and standard deviation.
-- ``sgpc predict MODEL.pt FILE -o OUT.csv``: class probabilities, one column per class.
+  default the last). Features are standardised with the training mean and standard deviation. The
+  estimator's options are flags (``FIT_OPTIONS``, the one table from flag to ``GPClassifier`` argument;
+  the choices of ``--method``, ``--likelihood`` and ``--kernel`` come from ``registry``). ``--json``
+  prints a machine-readable summary.
+- ``sgpc predict MODEL.pt FILE -o OUT.csv``: the predicted label (column "predicted") and the class
+  probabilities (one column per class), FILE read and predicted ``--batch-size`` rows at a time.
 - ``sgpc evaluate MODEL.pt DATA``: error, NLL, Brier score and ECE on the protocol's test split of a
   named set (same seed as the fit) or on a labelled file.
 - ``sgpc demo``: digits, end to end, with a figure.
 
-The sidecar. ``fit`` writes, next to MODEL.pt, a JSON file ``MODEL.pt.json`` holding what the model
-file does not: the data it was fitted on (name or path, ``source`` "name"/"file", ``seed``,
-``target``, ``data_dir``), the feature names, the categorical ``levels`` and, for a LIBSVM file, the
-index base ``zero_based`` (new LIBSVM files are read with the training file's), and the standardisation
-(``mean`` [D], ``std`` [D]; features are fed to the model as (x − mean) / std). ``predict`` and
-``evaluate`` need it.
+The data record. ``fit`` stores in the model file (``GPClassifier.save(metadata=...)``, key ``RECORD_KEY``)
+what ``predict`` and ``evaluate`` need besides the model: the data it was fitted on (name or path,
+``source`` "name"/"file", ``seed``, ``target``, ``data_dir``), the feature names, the categorical ``levels``
+and, for a LIBSVM file, the index base ``zero_based`` (new LIBSVM files are read with the training file's),
+and the standardisation (``mean`` [D], ``std`` [D]; features are fed to the model as (x − mean) / std).
+Models fitted by earlier versions kept it in a sidecar ``MODEL.pt.json``, which is still read. A model saved
+from Python without a record takes the features as they are, checked against its ``feature_names_in_``.
 
 Errors a user can fix (unknown data set, missing file, a file that is not an sgpc model, bad values)
 print one line to stderr and exit with status 2; ``--debug`` shows the traceback instead.
@@ -25,33 +30,41 @@ print one line to stderr and exit with status 2; ``--debug`` shows the traceback
 What it deliberately does not do: choose hyper-parameters, tune, or write results anywhere it was
 not told to (the demo writes its figure to ``--out``, default ``out/`` in the current directory).
 Categorical columns of a training file get ordinal codes (``tabular.load_file``); their levels go
-into the sidecar, and ``predict`` and ``evaluate`` code a file's columns with those levels, so a
+into the record, and ``predict`` and ``evaluate`` code a file's columns with those levels, so a
 file holding only some of them gets the training codes, and a level the training file did not have
 is an error naming the column and row.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from . import __version__, datasets, metrics, tabular
 from .estimator import GPClassifier
-from .registry import METHODS, OPTIMIZER_OPTIONS
+from .registry import (KERNEL_OPTIONS, KERNELS, LIKELIHOOD_OPTIONS, LIKELIHOODS, METHOD_OPTIONS, METHODS,
+                       OPTIMIZER_OPTIONS)
+from .train import COMPILE_MODES, OPTIMIZERS
+from .validation import DTYPES, USER_LIKELIHOODS
 
-__all__ = ["main", "build_parser", "SIDECAR_SUFFIX"]
+__all__ = ["main", "build_parser", "FIT_OPTIONS", "SIDECAR_SUFFIX", "RECORD_KEY"]
 
 SIDECAR_SUFFIX = ".json"
 _SIDECAR_FORMAT = "sgpc-cli-sidecar"
 _SIDECAR_VERSION = 1
+RECORD_KEY = "cli"       # the model file's metadata entry that holds the data record (``_record``)
 _DEFAULTS = GPClassifier().get_params()  # the estimator's defaults are the CLI's defaults
+PREDICT_BATCH_ROWS = 8192                # rows that ``predict`` reads and predicts at once by default
 
 # The demo's settings: full-batch Adam on 1437 digits with M = 100 inducing points per class. 100 steps
 # (≈ 15-25 s on 2 cores): the ELBO is still rising slowly after that, but the held-out NLL is flat
@@ -79,6 +92,101 @@ def _target(value: str) -> str | int:
         return value
 
 
+def _tol(value: str) -> float | None:
+    """--tol: a number, or "none" (run to the ceiling)."""
+    return None if value.lower() == "none" else float(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``fit`` option: its flag, where its value goes in ``GPClassifier`` and its argparse settings.
+
+    ``target`` is a constructor parameter ("n_inducing"), or "group.key" for a key of one of the option
+    dicts ("method_params.alpha"): such a key is passed only when the flag is given, so a method that does
+    not take it is refused only when asked for it. ``convert`` maps the parsed value to the parameter's."""
+    flag: str
+    target: str
+    help: str
+    settings: dict = field(default_factory=dict)
+    convert: Callable | None = None
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute of the flag ("--n-inducing" -> "n_inducing")."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def _takers(key: str) -> str:
+    """The methods or likelihoods that take the option ``key`` (for --help)."""
+    if key in METHOD_OPTIONS:
+        names = [n for n, m in METHODS.items() if key in m.options]
+    else:
+        names = [n for n, e in LIKELIHOODS.items() if key in e.options]
+    return ", ".join(names)
+
+
+# CLI flag -> GPClassifier argument: the one table to change when the estimator's arguments change. Choices come
+# from the registry (methods, likelihoods, kernels) and the modules that define them.
+FIT_OPTIONS: tuple[Option, ...] = (
+    Option("--method", "method", "inference method (default: %(default)s)", dict(choices=tuple(METHODS))),
+    Option("--likelihood", "likelihood", "likelihood (default: %(default)s; bsvm uses its own hinge)",
+           dict(choices=USER_LIKELIHOODS)),
+    Option("--kernel", "kernel", "kernel (default: %(default)s)", dict(choices=tuple(KERNELS))),
+    Option("--n-inducing", "n_inducing", "inducing points per latent function (default: %(default)s)",
+           dict(type=int, metavar="M")),
+    Option("--max-iter", "max_iter", "optimiser steps, a ceiling: the fit stops once it has converged, see --tol "
+           "(default: %(default)s)", dict(type=int, metavar="N")),
+    Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
+           dict(type=int, metavar="E")),
+    Option("--batch-size", "batch_size", "minibatch size (default: full batch)", dict(type=int, metavar="B")),
+    Option("--optimizer", "optimizer", "(default: %(default)s)", dict(choices=OPTIMIZERS)),
+    Option("--learning-rate", "learning_rate", "optimiser step size (default: %(default)s)",
+           dict(type=float, metavar="LR")),
+    Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
+           f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),
+    Option("--tol", "tol", "stop once the objective per datum moved by at most TOL for --n-iter-no-change "
+           "checks; 'none' runs to the ceiling (default: %(default)s)", dict(type=_tol, metavar="TOL")),
+    Option("--n-iter-no-change", "n_iter_no_change", "(default: %(default)s)", dict(type=int, metavar="K")),
+    Option("--early-stopping", "early_stopping", "stop on the log-likelihood of held-out rows instead "
+           "(--validation-fraction of them)", dict(action="store_true")),
+    Option("--validation-fraction", "validation_fraction", "(default: %(default)s)", dict(type=float, metavar="F")),
+    Option("--seed", "random_state", "random_state of the fit and seed of the data split (default: %(default)s)",
+           dict(type=int, metavar="S", default=0)),
+    Option("--dtype", "dtype", "(default: %(default)s)", dict(choices=tuple(DTYPES))),
+    Option("--device", "device", "torch device: cpu, cuda, cuda:N (default: %(default)s)", dict(metavar="DEV")),
+    Option("--compile", "compile", "torch.compile the minibatch loss of a streamable method (default: eager)",
+           dict(choices=tuple(m for m in COMPILE_MODES if m is not None))),
+    Option("--verbose", "verbose", "progress bar and model summary", dict(action="store_true"), convert=int),
+    Option("--alpha", "method_params.alpha", f"the Power-EP α in (0, 1] ({_takers('alpha')}; default "
+           f"{METHOD_OPTIONS['alpha']})", dict(type=float, metavar="A")),
+    Option("--damping", "method_params.damping", f"initial EP damping ({_takers('damping')}; default "
+           f"{METHOD_OPTIONS['damping']})", dict(type=float, metavar="R")),
+    Option("--natgrad-lr", "method_params.natgrad_lr", "natural-gradient step size of q(u) "
+           f"({_takers('natgrad_lr')}; default: none, q(u) moves with the optimiser)", dict(type=float, metavar="G")),
+    Option("--epsilon", "likelihood_params.epsilon", f"label-noise probability ({_takers('epsilon')}; default "
+           f"{LIKELIHOOD_OPTIONS['epsilon']})", dict(type=float, metavar="EPS")),
+    Option("--init-lengthscale", "kernel_params.init_lengthscale", "initial length-scale, every feature "
+           "(default: from each feature's spread)", dict(type=float, metavar="L")),
+    Option("--shared-kernel", "kernel_params.shared_kernel", "one set of kernel hyper-parameters for all latent "
+           f"functions (default: {KERNEL_OPTIONS['shared_kernel']}, one per latent)",
+           dict(action="store_const", const=True)),
+)
+
+
+def _estimator_params(args) -> dict:
+    """The ``GPClassifier`` arguments that the ``fit`` options ``args`` give (``FIT_OPTIONS``)."""
+    params: dict = {}
+    for opt in FIT_OPTIONS:
+        value = getattr(args, opt.dest)
+        value = value if opt.convert is None else opt.convert(value)
+        if "." not in opt.target:
+            params[opt.target] = value
+        elif value is not None:
+            group, key = opt.target.split(".")
+            params.setdefault(group, {})[key] = value
+    return params
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``sgpc``."""
     parser = argparse.ArgumentParser(
@@ -99,34 +207,24 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"Names: {names}.")
     p.add_argument("data", metavar="DATA", help="data-set name or file path")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.pt",
-                   help="model file to write (the sidecar goes to MODEL.pt.json)")
-    p.add_argument("--method", default=_DEFAULTS["method"], choices=tuple(METHODS),
-                   help="inference method (default: %(default)s)")
-    p.add_argument("--n-inducing", type=int, default=_DEFAULTS["n_inducing"], metavar="M",
-                   help="inducing points per latent function (default: %(default)s)")
-    p.add_argument("--max-iter", type=int, default=_DEFAULTS["max_iter"], metavar="N",
-                   help="optimiser steps (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=_DEFAULTS["batch_size"], metavar="B",
-                   help="minibatch size (default: full batch)")
-    p.add_argument("--learning-rate", type=float, default=_DEFAULTS["learning_rate"], metavar="LR",
-                   help="optimiser step size (default: %(default)s)")
-    p.add_argument("--lr-decay", type=float, default=OPTIMIZER_OPTIONS["lr_decay"], metavar="D",
-                   help="Adam: multiply the learning rate by D per pass over the data (default: %(default)s)")
-    p.add_argument("--optimizer", choices=("adam", "lbfgs"), default=_DEFAULTS["optimizer"],
-                   help="(default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, metavar="S",
-                   help="random_state of the fit and seed of the data split (default: %(default)s)")
-    p.add_argument("--dtype", choices=("float64", "float32"), default=_DEFAULTS["dtype"],
-                   help="(default: %(default)s)")
+                   help="model file to write (it also records the data's columns and standardisation)")
+    for opt in FIT_OPTIONS:
+        settings = dict(opt.settings)
+        if "." not in opt.target and "default" not in settings and settings.get("action") != "store_true":
+            settings["default"] = _DEFAULTS[opt.target]
+        p.add_argument(opt.flag, dest=opt.dest, help=opt.help, **settings)
     p.add_argument("--data-dir", metavar="DIR", help="directory of the staged data sets (default: $SGPC_DATA "
                    "or ../shared/datasets)")
     p.add_argument("--target", type=_target, metavar="COL",
                    help="label column of a file, by name or position (default: the last column)")
+    # the run's own arguments (``fit``'s, not the estimator's)
     p.add_argument("--checkpoint", metavar="PATH", help="checkpoint file for resumable fits")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="write the checkpoint every K steps (needs --checkpoint)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
-    p.add_argument("--verbose", action="store_true", help="progress bar and model summary")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary (model file, classes, n_iter, converged, timings, ...) to stdout "
+                        "instead of the one-line report")
     p.add_argument("--stream", action="store_true",
                    help="stream a Parquet file in row groups instead of loading it (vi, sep, apep, arpep, rpapep; "
                         "needs --batch-size; standardisation statistics from one streaming pass)")
@@ -135,14 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "each with --threads torch threads (default 1)")
     p.set_defaults(func=_cmd_fit)
 
-    p = sub.add_parser("predict", parents=[common], help="write class probabilities for a file",
-                       description="Write predictive class probabilities (one column per class) as CSV.")
+    p = sub.add_parser("predict", parents=[common], help="write predicted labels and class probabilities for a file",
+                       description="Write the predicted label (column 'predicted') and the class probabilities (one "
+                                   "column per class) of every row of FILE as CSV, reading FILE a block of rows at "
+                                   "a time (CSV, Parquet; LIBSVM files are read whole).")
     p.add_argument("model", metavar="MODEL.pt")
     p.add_argument("file", metavar="FILE", help="CSV/CSV.gz/Parquet/LIBSVM file of features")
     p.add_argument("-o", "--output", default="-", metavar="OUT.csv", help="output CSV (default: stdout)")
     p.add_argument("--target", type=_target, metavar="COL",
                    help="a label column in FILE to drop (by name or position); without it every column "
                         "is a feature (LIBSVM labels are always dropped)")
+    p.add_argument("--batch-size", type=int, default=PREDICT_BATCH_ROWS, metavar="B",
+                   help="rows read and predicted at once (default: %(default)s)")
     p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser("evaluate", parents=[common], help="error, NLL, Brier score and ECE of a model",
@@ -188,23 +290,26 @@ def _sidecar_path(model: str) -> str:
     return model + SIDECAR_SUFFIX
 
 
-def _write_sidecar(model: str, info: dict) -> str:
-    """Write the sidecar of ``model``; returns its path."""
-    path = _sidecar_path(model)
-    payload = {"format": _SIDECAR_FORMAT, "version": _SIDECAR_VERSION, **info}
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=1)
-    return path
-
-
 def _load_model(model: str) -> tuple[GPClassifier, dict]:
-    """The estimator (``GPClassifier.load``) and its sidecar."""
+    """The estimator (``GPClassifier.load``) and its data record: the one in the model file (``sgpc fit``
+    writes it), else a sidecar MODEL.pt.json (models fitted by sgpc before the record moved into the model
+    file), else the record of a model saved from Python (``_python_record``)."""
     _require_file(model, "model file")
     est = GPClassifier.load(model)
-    path = _sidecar_path(model)
-    if not os.path.isfile(path):
-        raise CLIError(f"{path} not found: `sgpc fit` writes it next to the model (data, feature "
-                       "standardisation); models saved from Python need one too")
+    record = est.metadata_.get(RECORD_KEY)
+    if record is None and os.path.isfile(_sidecar_path(model)):
+        return est, _read_sidecar(_sidecar_path(model))
+    if record is None:
+        return est, _python_record(est)
+    if not isinstance(record, dict) or record.get("format") != _SIDECAR_FORMAT:
+        raise CLIError(f"{model} holds a data record that is not sgpc's")
+    if record.get("version") != _SIDECAR_VERSION:
+        raise CLIError(f"{model} has data record version {record.get('version')}; this sgpc reads {_SIDECAR_VERSION}")
+    return est, record
+
+
+def _read_sidecar(path: str) -> dict:
+    """The data record of a sidecar file."""
     try:
         with open(path) as f:
             side = json.load(f)
@@ -214,20 +319,46 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
         raise CLIError(f"{path} is not an sgpc sidecar file")
     if side.get("version") != _SIDECAR_VERSION:
         raise CLIError(f"{path} has sidecar version {side.get('version')}; this sgpc reads {_SIDECAR_VERSION}")
-    return est, side
+    return side
 
 
-def _read_features(path: str, target, n_features: int | None = None, levels: dict | None = None,
-                   zero_based: bool | str = "auto") -> tuple[np.ndarray, tuple[str, ...]]:
-    """Feature matrix [N,D] of a file and its column names; the ``target`` column (when given) is dropped.
-    ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index;
-    ``levels``, ``zero_based``: the training file's categorical levels and LIBSVM index base (the sidecar's)."""
+def _python_record(est: GPClassifier) -> dict:
+    """The data record of a model saved from Python without one: features used as they are (mean 0, std 1),
+    checked against the column names it was fitted with, when it has them."""
+    D = int(est.n_features_in_)
+    names = [str(n) for n in getattr(est, "feature_names_in_", [])]
+    return {"source": "python", "feature_names": names, "mean": [0.0] * D, "std": [1.0] * D}
+
+
+def _record(data: str, source: str, seed: int, target, data_dir, feature_names, mean, std, levels=None,
+            zero_based=None) -> dict:
+    """What ``predict`` and ``evaluate`` need besides the model, stored in the model file's metadata under
+    ``RECORD_KEY``: the data it was fitted on (name or path, ``source`` "name"/"file", ``seed``, ``target``,
+    ``data_dir``), the feature names, the categorical ``levels``, a LIBSVM file's index base ``zero_based``
+    and the standardisation (``mean`` [D], ``std`` [D]: the model sees (x − mean) / std)."""
+    return {"format": _SIDECAR_FORMAT, "version": _SIDECAR_VERSION, "data": data, "source": source, "seed": seed,
+            "target": target, "data_dir": data_dir, "feature_names": [str(n) for n in feature_names],
+            "levels": {str(k): [str(v) for v in vs] for k, vs in (levels or {}).items()}, "zero_based": zero_based,
+            "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
+
+
+def _read_feature_blocks(path: str, target, side: dict, block_rows: int):
+    """Feature names and an iterator over blocks [B,D] of a file (``tabular.read_feature_blocks``), read with the
+    record's LIBSVM width and index base and categorical levels; read errors say how to drop a label column."""
     _require_file(path, "file")
+
+    def hinted(blocks):
+        try:
+            yield from blocks
+        except ValueError as exc:
+            raise CLIError(f"{exc} (or pass --target COL)") from None
     try:
-        return tabular.read_features(path, target=target, n_features=n_features, levels=levels,
-                                      zero_based=zero_based)
+        names, blocks = tabular.read_feature_blocks(path, target=target, n_features=len(side["mean"]),
+                                                    levels=_levels(side), zero_based=_zero_based(side),
+                                                    block_rows=block_rows)
     except ValueError as exc:
         raise CLIError(f"{exc} (or pass --target COL)") from None
+    return names, hinted(blocks)
 
 
 def _levels(side: dict) -> dict | None:
@@ -243,22 +374,25 @@ def _zero_based(side: dict) -> bool | str:
     return "auto" if base is None else bool(base)
 
 
-def _standardise(X: np.ndarray, side: dict, source: str, hint: str, names=None) -> np.ndarray:
-    """(X − mean) / std with the sidecar's training statistics.
-
-    ``names``: the file's column names; for a model fitted on a file they must be its columns, in order
-    (a file with the columns shuffled has the right count and would be read as the wrong features)."""
-    mean, std = np.asarray(side["mean"]), np.asarray(side["std"])
-    if X.shape[1] != len(mean):
-        raise CLIError(f"{source} has {X.shape[1]} feature columns but the model was fitted on {len(mean)} "
-                       f"({', '.join(side['feature_names'][:8])}{', ...' if len(mean) > 8 else ''}); {hint}")
+def _check_columns(n_columns: int, names, side: dict, source: str, hint: str) -> None:
+    """A CLIError unless a file's feature columns are the model's: as many, and for a model fitted on a file
+    (or saved from Python with column names) the same names in the same order (a file with the columns
+    shuffled has the right count and would be read as the wrong features)."""
+    n_model = len(side["mean"])
     fitted = [str(n) for n in side.get("feature_names", [])]
-    if names is not None and side.get("source") == "file" and len(fitted) == len(mean) \
+    if n_columns != n_model:
+        shown = f" ({', '.join(fitted[:8])}{', ...' if n_model > 8 else ''})" if fitted else ""
+        raise CLIError(f"{source} has {n_columns} feature columns but the model was fitted on {n_model}{shown}; {hint}")
+    if names is not None and side.get("source") in ("file", "python") and len(fitted) == n_model \
             and [str(n) for n in names] != fitted:
         wrong = [f"{a!r} (model: {b!r})" for a, b in zip(names, fitted) if str(a) != b]
         raise CLIError(f"{source}'s feature columns are not the ones the model was fitted on, in that order: "
                        f"{', '.join(wrong[:5])}{', ...' if len(wrong) > 5 else ''}")
-    return (X - mean) / std
+
+
+def _standardise(X: np.ndarray, side: dict) -> np.ndarray:
+    """(X − mean) / std with the record's training statistics."""
+    return (X - np.asarray(side["mean"])) / np.asarray(side["std"])
 
 
 def _check_writable(path: str, *inputs: str | None) -> None:
@@ -274,16 +408,21 @@ def _check_writable(path: str, *inputs: str | None) -> None:
                            "choose another output path")
 
 
-def _write_csv(path: str, header, rows: np.ndarray) -> None:
-    """A header row and the rows [N,C] (full float precision) to ``path``, or stdout for "-"."""
-    f = sys.stdout if path == "-" else open(path, "w", newline="")
+@contextlib.contextmanager
+def _csv_output(path: str):
+    """A csv writer on stdout ("-") or on ``path``, written to a temporary file that replaces ``path`` only when
+    the block ends without an error (a bad row late in a large input leaves no partial output)."""
+    if path == "-":
+        yield csv.writer(sys.stdout)
+        return
+    tmp = path + ".tmp"
     try:
-        writer = csv.writer(f)
-        writer.writerow([str(h) for h in header])
-        writer.writerows(rows.tolist())
+        with open(tmp, "w", newline="") as f:
+            yield csv.writer(f)
+        os.replace(tmp, path)
     finally:
-        if f is not sys.stdout:
-            f.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 # -- subcommands --------------------------------------------------------------------------------------
@@ -337,7 +476,7 @@ def _fit_maybe_parallel(est, X, y, args):
         spawn_log.setLevel(level)
 
 
-def _cmd_fit_stream(args) -> int:
+def _cmd_fit_stream(args, started: float) -> int:
     """``fit --stream``: a Parquet file read row group by row group (``stream.ParquetSource``)."""
     from . import stream
     _require_file(args.data, "data file")
@@ -351,37 +490,52 @@ def _cmd_fit_stream(args) -> int:
             raise CLIError(f"--target {target} is out of range for {len(names)} columns")
         target = names[target]
     src, st = stream.standardized(stream.ParquetSource(args.data, target=target))
-    est = _estimator(args)
-    start = time.perf_counter()
-    est = _fit_maybe_parallel(est, src, None, args)
-    seconds = time.perf_counter() - start
-    est.save(args.output)
-    sidecar = _write_sidecar(args.output, {
-        "data": args.data, "source": "file", "seed": args.seed, "target": target, "data_dir": args.data_dir,
-        "feature_names": list(src.source.features), "mean": st.mean.tolist(), "std": st.std.tolist()})
-    print(f"fitted {est.method} streaming {args.data}: N={st.n_rows} D={src.n_features} C={len(est.classes_)}, "
-          f"{est.n_iter_} iterations in {seconds:.1f} s; wrote {args.output} and {sidecar}")
-    return 0
+    record = _record(args.data, "file", args.seed, target, args.data_dir, src.source.features, st.mean, st.std)
+    return _fit_and_save(args, src, None, record, f"{args.data} (all rows, streaming)", (st.n_rows, src.n_features), started)
 
 
 def _estimator(args) -> GPClassifier:
-    """The estimator that ``fit`` and ``fit --stream`` configure from the command line."""
-    return GPClassifier(method=args.method, n_inducing=args.n_inducing, max_iter=args.max_iter,
-                        batch_size=args.batch_size, learning_rate=args.learning_rate,
-                        optimizer_params={"lr_decay": args.lr_decay},
-                        optimizer=args.optimizer, random_state=args.seed, dtype=args.dtype, verbose=int(args.verbose))
+    """The estimator that ``fit`` and ``fit --stream`` configure from the command line (``FIT_OPTIONS``)."""
+    return GPClassifier(**_estimator_params(args))
+
+
+def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], started: float) -> int:
+    """Fit the estimator of ``args`` on X, y, save it with its data ``record`` and report: one line, or with
+    ``--json`` a JSON object on stdout (the fit's own printing then goes to stderr)."""
+    est = _estimator(args)
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        est = _fit_maybe_parallel(est, X, y, args)
+    seconds = time.perf_counter() - start
+    est.save(args.output, metadata={RECORD_KEY: record})
+    objective = est.history_["objective"][-1] if est.history_["objective"] else None
+    N, D = shape
+    if args.json:
+        summary = {"model": args.output, "data": record["data"], "source": record["source"], "n_rows": N,
+                   "n_features": D, "classes": est.classes_.tolist(), "method": est.method,
+                   "likelihood": est.likelihood, "kernel": est.kernel, "n_inducing": min(est.n_inducing, N),
+                   "n_iter": int(est.n_iter_), "converged": bool(est.converged_), "objective": objective,
+                   "timings": {"fit_s": seconds, "total_s": time.perf_counter() - started},
+                   "device": str(est.device), "sgpc_version": __version__, "torch_version": str(torch.__version__)}
+        print(json.dumps(summary))
+        return 0
+    shown = "nan" if objective is None else f"{objective:.6g}"
+    print(f"fitted {est.method} on {what}: N={N} D={D} C={len(est.classes_)} M={min(est.n_inducing, N)}, "
+          f"{est.n_iter_} iterations in {seconds:.1f} s ({'converged' if est.converged_ else 'not converged'}), "
+          f"final objective {shown}; wrote {args.output}")
+    return 0
 
 
 def _cmd_fit(args) -> int:
+    started = time.perf_counter()
     if args.checkpoint_every and not args.checkpoint:
         raise CLIError("--checkpoint-every needs --checkpoint PATH")
     if args.resume and not args.checkpoint:
         raise CLIError("--resume needs --checkpoint PATH")
     data = None if _is_name(args.data) else args.data
     _check_writable(args.output, data, args.checkpoint)
-    _check_writable(_sidecar_path(args.output), data, args.checkpoint)
     if args.stream:
-        return _cmd_fit_stream(args)
+        return _cmd_fit_stream(args, started)
     if _is_name(args.data):
         if args.target is not None:
             raise CLIError("--target applies to files; a named data set knows its label column")
@@ -394,33 +548,32 @@ def _cmd_fit(args) -> int:
         X, y = ds.X, ds.y
         source, what = "file", f"{args.data} (all rows)"
     Xs, _, mean, std = datasets.standardize(X)
-    est = _estimator(args)
-    start = time.perf_counter()
-    est = _fit_maybe_parallel(est, Xs, y, args)
-    seconds = time.perf_counter() - start
-    est.save(args.output)
-    sidecar = _write_sidecar(args.output, {
-        "data": args.data if source == "file" else ds.name, "source": source, "seed": args.seed,
-        "target": args.target, "data_dir": args.data_dir, "feature_names": list(ds.feature_names),
-        "levels": {k: list(v) for k, v in ds.levels.items()}, "zero_based": ds.zero_based,
-        "mean": mean.tolist(), "std": std.tolist()})
-    objective = est.history_["objective"][-1] if est.history_["objective"] else float("nan")
-    print(f"fitted {est.method} on {what}: N={X.shape[0]} D={X.shape[1]} C={len(est.classes_)} "
-          f"M={min(est.n_inducing, X.shape[0])}, {est.n_iter_} iterations in {seconds:.1f} s, "
-          f"final objective {objective:.6g}; wrote {args.output} and {sidecar}")
-    return 0
+    record = _record(args.data if source == "file" else ds.name, source, args.seed, args.target, args.data_dir,
+                     ds.feature_names, mean, std, ds.levels, ds.zero_based)
+    return _fit_and_save(args, Xs, y, record, what, X.shape, started)
 
 
 def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
         _check_writable(args.output, args.model, _sidecar_path(args.model), args.file)
-    X, names = _read_features(args.file, args.target, len(side["mean"]), _levels(side), _zero_based(side))
-    X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
-    proba = est.predict_proba(X)
-    _write_csv(args.output, est.classes_.tolist(), proba)
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
+    names, blocks = _read_feature_blocks(args.file, args.target, side, args.batch_size)
+    _check_columns(len(names), names, side, args.file, "if FILE has a label column, pass --target COL to drop it")
+    n_rows = 0
+    with _csv_output(args.output) as writer:
+        writer.writerow(["predicted", *(str(c) for c in est.classes_.tolist())])
+        for X in blocks:
+            if not len(X):
+                continue
+            Xs = _standardise(X, side)
+            labels, proba = est.predict(Xs).tolist(), est.predict_proba(Xs).tolist()
+            writer.writerows([label, *row] for label, row in zip(labels, proba))
+            n_rows += len(X)
     if args.output != "-":
-        print(f"wrote probabilities of {len(proba)} rows x {proba.shape[1]} classes to {args.output}")
+        print(f"wrote predicted labels and probabilities of {n_rows} rows x {len(est.classes_)} classes to "
+              f"{args.output}")
     return 0
 
 
@@ -435,8 +588,9 @@ def _cmd_evaluate(args) -> int:
             # another set's test split can hold this model's training rows (the same data, another protocol)
             raise CLIError(f"the model was fitted on the training split of {side.get('data')!r}; evaluate it on "
                            f"{side.get('data')!r} (its test split) or on a labelled file, not on {args.data!r}")
-        _, X, _, y = datasets.train_test(ds, seed=side["seed"], standardize=False)
-        what = f"{args.data} (test split, seed {side['seed']})"
+        seed = side.get("seed", 0)           # a model saved from Python: the split of seed 0
+        _, X, _, y = datasets.train_test(ds, seed=seed, standardize=False)
+        what = f"{args.data} (test split, seed {seed})"
     else:
         _require_file(args.data, "data file")
         target = args.target if args.target is not None else side.get("target")
@@ -445,7 +599,8 @@ def _cmd_evaluate(args) -> int:
         X, y, what, names = ds.X, ds.y, args.data, ds.feature_names
     hint = ("evaluate needs labelled data: the label column is --target (default: the one used by fit, "
             "else the last column)")
-    Xs = _standardise(X, side, args.data, hint, names)
+    _check_columns(X.shape[1], names, side, args.data, hint)
+    Xs = _standardise(X, side)
     y = np.asarray(y)
     if (est.classes_.dtype.kind in "UO") != (y.dtype.kind in "UO"):
         # one side's labels are text, the other's numbers: a CSV holding only some of a text column's labels

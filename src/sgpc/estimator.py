@@ -22,7 +22,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from . import fitting, stream
-from .persist import ModelFileError, model_payload, read_model, save_model
+from .persist import ModelFileError, check_plain, model_payload, read_model, save_model
 from .registry import make_engine
 from .sparse import predict as predict_outputs
 from .validation import check_finite, plain_value, validated
@@ -125,7 +125,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
     posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, warm_started_; for "rmgpc"/"smgpc" also
-    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
+    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc"); after
+    ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
 
     def __init__(self, method: str = "vi", likelihood="robustmax", kernel="rbf",
@@ -268,16 +269,25 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(self._outputs(X, 1), axis=1)]
 
     # -- persistence -----------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, *, metadata: dict | None = None) -> None:
         """Write the fitted model to ``path`` (plain tensors and values; see ``load``).
 
         A feature extractor is stored as its weights only (inside the model's state dict): ``load``
         needs a module of the same architecture.
+
+        Args:
+            path: the file. metadata: plain values (dicts with string keys, lists, strings, numbers, booleans,
+                None) stored with the model and given back by ``load`` as ``metadata_``; ``sgpc fit`` keeps
+                the preprocessing of its data there (``cli``).
         """
         check_is_fitted(self, "posterior_")
+        check_plain(metadata, "metadata")
         fitted_with = getattr(self, "_fitted_params_", None) or self.get_params(deep=False)
         params = {k: plain_value(k, v) for k, v in fitted_with.items() if k != "feature_extractor"}
-        save_model(path, model_payload(self, params))
+        payload = model_payload(self, params)
+        if metadata:
+            payload["metadata"] = metadata
+        save_model(path, payload)
 
     @classmethod
     def load(cls, path: str | os.PathLike, feature_extractor: torch.nn.Module | None = None,

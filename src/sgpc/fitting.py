@@ -379,6 +379,7 @@ def restore(est, d: dict) -> None:
     est.history_ = d["history"]
     est.n_iter_ = d["n_iter"]
     est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
+    est.metadata_ = dict(d.get("metadata") or {})
     est._fitted_as_ = structure(p)
     est._full_gp_ = bool(d.get("full_gp", False))
     if est._full_gp_:

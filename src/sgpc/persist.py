@@ -30,7 +30,8 @@ from torch import nn
 from .registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, OPTION_GROUPS, from_spec
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
-           "save_model", "load_model", "model_payload", "read_model", "current_params", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "save_model", "load_model", "model_payload", "read_model", "current_params", "check_model_version",
+           "check_plain", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -123,8 +124,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 # -- model files ------------------------------------------------------------------------------------
 def save_model(path: str | os.PathLike, payload: dict) -> None:
-    """Write a model ``payload`` (plain values and tensors) with its format tag, version and checksum."""
-    payload = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **payload}
+    """Write a model ``payload`` (plain values and tensors) with its format tag and version, the sgpc and torch
+    versions that wrote it ("sgpc_version", "torch_version") and its checksum."""
+    payload = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **_written_with(), **payload}
     payload["checksum"] = digest(payload)
     atomic_save(path, payload)
 
@@ -135,8 +137,7 @@ def load_model(path: str | os.PathLike) -> dict:
     d = _read(path, ModelFileError, "model file")
     if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
         raise ModelFileError(f"{path} is not an sgpc model file")
-    if d.get("version") != MODEL_VERSION:
-        raise ModelFileError(f"{path} has model format version {d.get('version')}; this sgpc reads {MODEL_VERSION}")
+    check_model_version(path, d)
     stored = d.pop("checksum", None)        # files written before checksums were added have none
     if stored is not None and stored != digest(d):
         raise ModelFileError(f"{path} was altered or corrupted after it was written (its checksum does not match "
@@ -210,6 +211,50 @@ def read_model(path: str | os.PathLike) -> dict:
                              f"({type(exc).__name__}: {exc})") from None
     d["params"] = params
     return d
+
+
+def check_plain(value, name: str) -> None:
+    """A ``TypeError`` unless ``value`` is made of plain values only (dicts with string keys, lists, tuples,
+    strings, numbers, booleans, None): what a model file may hold besides tensors and still load with
+    ``weights_only``."""
+    if value is None or type(value) in (str, int, float, bool):
+        return
+    if type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            check_plain(v, f"{name}[{i}]")
+    elif type(value) is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                raise TypeError(f"{name} has the key {k!r} of type {type(k).__name__}; keys must be strings")
+            check_plain(v, f"{name}[{k!r}]")
+    else:
+        raise TypeError(f"{name} is a {type(value).__name__}; a model file holds plain values only (dicts with "
+                        "string keys, lists, strings, numbers, booleans, None): convert it (e.g. .tolist(), float())")
+
+
+def _written_with() -> dict:
+    """The versions of sgpc and torch that write a model file (for the reader's messages; not checked)."""
+    from . import __version__       # at call time: the package imports this module while it initialises
+    # str(): torch.__version__ is a TorchVersion, which a weights_only load refuses
+    return {"sgpc_version": __version__, "torch_version": str(torch.__version__)}
+
+
+def check_model_version(path: str | os.PathLike, d: dict) -> None:
+    """A ``ModelFileError`` unless ``d`` (a model file's content) is in the format version this sgpc reads.
+
+    A file of a newer format was written by a newer sgpc: the message names it (files from before the
+    versions were recorded lack "sgpc_version") and says to upgrade."""
+    from . import __version__
+    version = d.get("version")
+    if version == MODEL_VERSION:
+        return
+    if isinstance(version, int) and not isinstance(version, bool) and version > MODEL_VERSION:
+        writer = d.get("sgpc_version")
+        by = f"sgpc {writer}" if isinstance(writer, str) else "a newer sgpc"
+        raise ModelFileError(f"{path} was written by {by} in model format version {version}; this sgpc "
+                             f"({__version__}) reads format version {MODEL_VERSION}: upgrade sgpc "
+                             "(pip install -U sgpc) to load it")
+    raise ModelFileError(f"{path} has model format version {version!r}; this sgpc reads {MODEL_VERSION}")
 
 
 # -- engine state <-> plain dictionaries ------------------------------------------------------------

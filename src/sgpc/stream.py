@@ -107,7 +107,7 @@ class ParquetSource:
         if label.null_count:      # as strings a null would become a class named "None"
             raise ValueError(f"{self.path}: label column {self.target!r} has {label.null_count} missing value(s) "
                              f"in row group {block}")
-        y = label.to_numpy(zero_copy_only=False)
+        y = label.to_numpy()               # a ChunkedArray: always a copy (no zero_copy_only before pyarrow 13)
         # string labels as a fixed-width array, not Python objects: a kept sample of object labels
         # would pin the interpreter's memory arenas of every block it came from; stripped, as
         # tabular.load_file strips them, so that " a" and "a" are one class either way

@@ -5,7 +5,7 @@ What it does:
 - `load_file(path)` reads a labelled file and returns a `Dataset`: an all-numeric float64 feature
   matrix ``X [N, D]`` and the labels ``y [N]`` (int64 when every label is an integer, else strings).
 - `read_features(path)` reads the features of new data, with or without a label column, encoded with
-  the training file's ``levels``.
+  the training file's ``levels``; `read_feature_blocks(path)` does the same a block of rows at a time.
 - Columns that are not numeric are categorical and become integer codes (``categorical="ordinal"``,
   codes in sorted order of the distinct strings) or one-hot columns named ``column=value``
   (``categorical="onehot"``); the helpers here also serve the staged data sets of ``datasets``.
@@ -24,13 +24,13 @@ import itertools
 import os
 import pathlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["DataNotFoundError", "Dataset", "load_file", "read_features", "CATEGORICAL_MODES", "MISSING_MODES",
-           "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
+__all__ = ["DataNotFoundError", "Dataset", "load_file", "read_features", "read_feature_blocks", "CATEGORICAL_MODES",
+           "MISSING_MODES", "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
 
 CATEGORICAL_MODES = ("ordinal", "onehot")
 MISSING_MODES = ("error", "category")
@@ -178,14 +178,54 @@ def read_features(path: str | os.PathLike, *, target: str | int | None = None, f
     if fmt == "libsvm":
         ds = load_file(path, fmt="libsvm", n_features=n_features, zero_based=zero_based)
         return ds.X, ds.feature_names
+    _check_choice("categorical", categorical, CATEGORICAL_MODES)
     names, columns = (_read_parquet_columns if fmt == "parquet" else _read_csv)(path)
+    return _feature_matrix(path, names, columns, target, levels, categorical)
+
+
+def read_feature_blocks(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None,
+                        n_features: int | None = None, levels: Mapping[str, Sequence[str]] | None = None,
+                        categorical: str = "ordinal", zero_based: bool | str = "auto", block_rows: int = 8192
+                        ) -> tuple[tuple[str, ...], Iterator[np.ndarray]]:
+    """`read_features` one block of rows at a time, for files larger than memory.
+
+    Returns the feature names (read from the first block) and an iterator over the blocks X [B,D], B ≤
+    ``block_rows``, in file order; each block is parsed as `read_features` parses a whole file (a
+    bad value raises when its block is read, naming its row in the file). CSV files are read
+    ``block_rows`` rows at a time and Parquet files in record batches of at most ``block_rows`` rows;
+    LIBSVM files are read whole (one block). A file without rows gives one empty block [0,D].
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    if block_rows < 1:
+        raise ValueError(f"block_rows must be >= 1, got {block_rows}")
+    _check_choice("categorical", categorical, CATEGORICAL_MODES)
+    fmt = fmt or _infer_format(path)
+    if fmt == "libsvm":
+        X, names = read_features(path, fmt="libsvm", n_features=n_features, zero_based=zero_based)
+        return names, iter([X])
+    header, blocks = (_parquet_blocks if fmt == "parquet" else _csv_blocks)(path, block_rows)
+    first_row, columns = next(blocks)                  # the readers yield at least one block, maybe empty
+    X, names = _feature_matrix(path, header, columns, target, levels, categorical, first_row)
+
+    def all_blocks() -> Iterator[np.ndarray]:
+        yield X
+        for start, cols in blocks:
+            yield _feature_matrix(path, header, cols, target, levels, categorical, start)[0]
+    return names, all_blocks()
+
+
+def _feature_matrix(path, names: list[str], columns: list[np.ndarray], target, levels, categorical: str,
+                    first_row: int = 0) -> tuple[np.ndarray, tuple[str, ...]]:
+    """X [N,D] and feature names from a file's header and string (or typed) columns, the ``target`` column
+    dropped; ``first_row``: the file row of the columns' first value (for messages)."""
     if target is not None:
         drop = _target_index(names, target)
         names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
     if not names:
         raise ValueError(f"{path} has no feature columns besides the label {target!r}")
-    _check_choice("categorical", categorical, CATEGORICAL_MODES)
-    locate = lambda i: f"row {i + 1} of {path}"                                    # noqa: E731
+    locate = lambda i: f"row {first_row + i + 1} of {path}"                         # noqa: E731
     parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
     text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
     if text and levels is None:
@@ -234,6 +274,34 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
     if not rows:
         return header, [np.array([], dtype=str) for _ in header]
     return header, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)]
+
+
+def _csv_blocks(path: pathlib.Path, block_rows: int) -> tuple[list[str], Iterator[tuple[int, list[np.ndarray]]]]:
+    """The header of a CSV file (checked as by `_read_csv`) and its stripped string columns ``block_rows`` rows
+    at a time, each block with the index of its first row; at least one block."""
+    header, _ = _read_csv(path, max_rows=0)
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+
+    def blocks():
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            next(reader, None)
+            start = 0
+            while True:
+                raw = list(itertools.islice(reader, block_rows))
+                rows = [row for row in raw if row]          # blank lines are skipped, as by `_read_csv`
+                for i, row in enumerate(rows):
+                    if len(row) != len(header):
+                        raise ValueError(f"row {start + i + 1} of {path} has {len(row)} fields but the header has "
+                                         f"{len(header)}")
+                if rows:
+                    yield start, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)]
+                elif not raw and start == 0:
+                    yield 0, [np.array([], dtype=str) for _ in header]
+                if not raw:
+                    return
+                start += len(rows)
+    return header, blocks()
 
 
 def _parse_feature(
@@ -422,26 +490,55 @@ def _import_parquet():
 
 def _read_parquet_columns(path: pathlib.Path) -> tuple[list[str], list[np.ndarray]]:
     """Header and columns of a Parquet file: numbers as int64/float64, text as stripped str."""
-    pq = _import_parquet()
+    table = _import_parquet().read_table(path)
+    return table.column_names, _arrow_columns(path, table.column_names, table.columns)
+
+
+def _parquet_blocks(path: pathlib.Path, block_rows: int) -> tuple[list[str], Iterator[tuple[int, list[np.ndarray]]]]:
+    """The column names of a Parquet file and its columns (as `_read_parquet_columns`) in record batches of at
+    most ``block_rows`` rows, each with the index of its first row; at least one block."""
+    file = _import_parquet().ParquetFile(path)
+    names = file.schema_arrow.names
+
+    def blocks():
+        start = 0
+        for batch in file.iter_batches(batch_size=block_rows):
+            yield start, _arrow_columns(path, names, batch.columns, start)
+            start += batch.num_rows
+        if start == 0:
+            yield 0, _arrow_columns(path, names, file.schema_arrow.empty_table().columns)
+    return names, blocks()
+
+
+def _arrow_columns(path: pathlib.Path, names: list[str], arrow_columns, first_row: int = 0) -> list[np.ndarray]:
+    """pyarrow columns (arrays or chunked arrays) as numpy: numbers as int64/float64, text as stripped str;
+    ``first_row``: the file row of their first value (for messages)."""
     import pyarrow as pa
 
-    table = pq.read_table(path)
     columns = []
-    for name, col in zip(table.column_names, table.columns):
+    for name, col in zip(names, arrow_columns):
         if col.null_count:
-            first = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
-            raise ValueError(f"column {name!r} has a missing value at row {first + 1} of {path}")
+            first = int(np.argmax(_to_numpy(col.is_null())))
+            raise ValueError(f"column {name!r} has a missing value at row {first_row + first + 1} of {path}")
         kind = col.type
         if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-            columns.append(col.to_numpy().astype(np.int64))
+            columns.append(_to_numpy(col).astype(np.int64))
         elif pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-            columns.append(col.to_numpy().astype(np.float64))
+            columns.append(_to_numpy(col).astype(np.float64))
         elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind):
             values = col.cast(pa.string()) if pa.types.is_dictionary(kind) else col
-            columns.append(np.char.strip(np.asarray(values.to_numpy(zero_copy_only=False), dtype=str)))
+            columns.append(np.char.strip(np.asarray(_to_numpy(values), dtype=str)))
         else:
             raise ValueError(f"column {name!r} of {path} has type {kind}; convert it to a number or a string")
-    return table.column_names, columns
+    return columns
+
+
+def _to_numpy(col) -> np.ndarray:
+    """A pyarrow Array or ChunkedArray as a numpy array (a copy where needed: booleans, text, several chunks;
+    ChunkedArray.to_numpy takes no zero_copy_only before pyarrow 13)."""
+    import pyarrow as pa
+
+    return col.to_numpy(zero_copy_only=False) if isinstance(col, pa.Array) else col.to_numpy()
 
 
 def _load_libsvm(path: pathlib.Path, name: str, n_features: int | None = None,
