@@ -370,9 +370,13 @@ def _run(*argv, cwd=None):
 def test_every_fit_option_reaches_a_gpclassifier_argument():
     # the guard for renames: each flag's target is a constructor parameter or a key of an option dict
     from sgpc import GPClassifier
-    from sgpc.registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS
+    from sgpc.registry import OPTION_GROUPS, resolve
     params = GPClassifier().get_params()
-    groups = {"method_params": METHOD_OPTIONS, "likelihood_params": LIKELIHOOD_OPTIONS, "kernel_params": KERNEL_OPTIONS}
+    groups = {group: set(declared({**params, "method": m})) for group, declared in OPTION_GROUPS.items()
+              for m in ["vi"]}
+    groups["method_params"] = {k for m in cli.METHODS for k in resolve({**params, "method": m})["method_params"]}
+    groups["likelihood_params"] = {k for lik in cli.LIKELIHOODS
+                                   for k in resolve({**params, "method": "vi", "likelihood": lik})["likelihood_params"]}
     for opt in cli.FIT_OPTIONS:
         if "." in opt.target:
             group, key = opt.target.split(".")
