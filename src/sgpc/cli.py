@@ -208,7 +208,10 @@ def _load_model(model: str) -> tuple[GPClassifier, dict]:
         with open(path) as f:
             side = json.load(f)
     except (OSError, ValueError) as exc:
-        raise CLIError(f"{path} is not a readable sgpc sidecar ({exc})") from None
+        why = ("it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else
+               f"it is not valid JSON (line {exc.lineno}: damaged or edited?)" if isinstance(exc, json.JSONDecodeError)
+               else "the system could not read it")
+        raise CLIError(f"{path} is not a readable sgpc sidecar: {why}; `sgpc fit` rewrites it") from None
     if not isinstance(side, dict) or side.get("format") != _SIDECAR_FORMAT:
         raise CLIError(f"{path} is not an sgpc sidecar file")
     if side.get("version") != _SIDECAR_VERSION:
@@ -225,8 +228,9 @@ def _read_features(path: str, target, n_features: int | None = None, levels: dic
     try:
         return tabular.read_features(path, target=target, n_features=n_features, levels=levels,
                                       zero_based=zero_based)
-    except ValueError as exc:
-        raise CLIError(f"{exc} (or pass --target COL)") from None
+    except tabular.NonNumericColumns as exc:
+        raise CLIError(f"{path}: columns {exc.columns[:5]} are not numeric; the model needs numeric features "
+                       "(if one of them is the label, pass --target COL to drop it)") from None
 
 
 def _levels(side: dict) -> dict | None:
@@ -354,8 +358,18 @@ def _cmd_fit_stream(args) -> int:
         "data": args.data, "source": "file", "seed": args.seed, "target": target, "data_dir": args.data_dir,
         "feature_names": list(src.source.features), "mean": st.mean.tolist(), "std": st.std.tolist()})
     print(f"fitted {est.method} streaming {args.data}: N={st.n_rows} D={src.n_features} C={len(est.classes_)}, "
-          f"{est.n_iter_} iterations in {seconds:.1f} s; wrote {args.output} and {sidecar}")
+          f"{est.n_iter_} iterations in {seconds:.1f} s, {_fit_status(est)}; wrote {args.output} and {sidecar}")
     return 0
+
+
+def _fit_status(est: GPClassifier) -> str:
+    """How a fit ended, for its summary line (``converged_``, ``stalled_``, ``at_prior_``; the warnings on stderr say why)."""
+    status = "converged" if est.converged_ else "NOT converged (stopped at --max-iter)"
+    if est.stalled_:
+        status += ", STALLED (EP restarted latent functions from the prior)"
+    if est.at_prior_:
+        status += ", AT THE PRIOR (its predictions are the prior's: it learned nothing from the data)"
+    return status
 
 
 def _estimator(args) -> GPClassifier:
@@ -401,7 +415,7 @@ def _cmd_fit(args) -> int:
     objective = est.history_["objective"][-1] if est.history_["objective"] else float("nan")
     print(f"fitted {est.method} on {what}: N={X.shape[0]} D={X.shape[1]} C={len(est.classes_)} "
           f"M={min(est.n_inducing, X.shape[0])}, {est.n_iter_} iterations in {seconds:.1f} s, "
-          f"final objective {objective:.6g}; wrote {args.output} and {sidecar}")
+          f"final objective {objective:.6g}, {_fit_status(est)}; wrote {args.output} and {sidecar}")
     return 0
 
 

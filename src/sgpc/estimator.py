@@ -23,14 +23,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from . import stream
+from . import diagnostics, stream
 from .initialization import extractor_features, initial_lengthscales
-from .persist import ModelFileError, load_model, load_state, save_model, state_to_dict
+from .persist import ModelFileError, check_model_payload, load_model, load_state, save_model, state_to_dict
 from .registry import (KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, OPTION_GROUPS, make_engine,
                        make_kernel, make_likelihood, resolve)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_finite, check_params,
+                         check_predictions,
                          plain_value, unique_labels, validated)
 from .warm_start import architecture, match_rows, row_keys
 
@@ -135,7 +136,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             is bound by kernel launches; the first step compiles.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
-    posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, warm_started_; for "rmgpc"/"smgpc" also
+    posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, stalled_, at_prior_ and prior_distance_
+    (``diagnostics``: a fit that stalled, or whose predictions are the prior's), warm_started_; for "rmgpc"/"smgpc" also
     outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc").
     """
 
@@ -424,7 +426,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
         self.state_ = refresh(self.model_, engine, self.state_, Xt, yt, comm=comm)
         record_engine_events(history, engine, self.state_, len(history.iteration), reason="final refresh", final=True)
-        self._finish(engine, history, warm, full_gp)
+        self._finish(engine, history, warm, full_gp, X_check=Xt)
         if keys is not None:
             self._row_keys_ = keys
         return self
@@ -449,9 +451,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             return held_out_log_likelihood
         return X_fit, y_fit, monitor
 
-    def _finish(self, engine, history, warm: bool, full_gp: bool) -> None:
-        """The fitted attributes that every fit sets from its engine state and history, and the warning of a
-        fit that stopped at its ceiling before the stopping rule was met."""
+    def _finish(self, engine, history, warm: bool, full_gp: bool, X_check: torch.Tensor) -> None:
+        """The fitted attributes that every fit sets from its engine state and history, the warning of a
+        fit that stopped at its ceiling before the stopping rule was met, and ``diagnostics`` on training rows
+        ``X_check`` (a fit at the prior: ``at_prior_``, ``prior_distance_``, a ``DegenerateFitWarning``)."""
         self.posterior_ = engine.posterior(self.model_, self.state_)
         self.__dict__.pop("outlier_proba_", None)          # an earlier rmgpc fit's, of other rows
         if self._method.outlier_model:
@@ -461,7 +464,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self._fitted_as_ = self._structure()     # what a warm start may continue
         self._full_gp_ = full_gp
         self.warm_started_ = bool(warm)
-        self.converged_ = bool(history.converged)
+        found = diagnostics.diagnose(self.model_, self.posterior_, X_check, history.converged, engine.counters(self.state_))
+        self.converged_, self.at_prior_, self.prior_distance_ = found.converged, found.at_prior, found.prior_distance
+        self.stalled_ = found.stalled
+        diagnostics.warn(found, self.method, stacklevel=4)
         if self.tol is not None and not self.converged_:
             what = "held-out log-likelihood" if self.early_stopping else "objective"
             warnings.warn(f"{self.method} stopped after {self.n_iter_} iterations (max_iter / n_epochs) before it "
@@ -523,7 +529,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             print(f"sgpc: {self.method} streamed, {len(self.classes_)} classes, N={N}, D={D}, M={M}")
         self.state_, history = fit_loop(self.model_, engine, state, stream.LabelEncoded(source, self.classes_), None,
                                         settings, generator=generator, validate=validate, resume=resume, comm=comm)
-        self._finish(engine, history, warm, full_gp=False)
+        self._finish(engine, history, warm, full_gp=False, X_check=self._tensor(st.X_sample))
         self._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
         self.__dict__.pop("feature_names_in_", None)
         return self
@@ -552,12 +558,19 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
-                check_finite(Xb, when="predicting", first_row=row)
-                out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_, self._tensor(Xb))[which].cpu().numpy()
+                check_finite(Xb, when="predicting", first_row=row, dtype=self._torch_dtype())
+                out[row:row + len(Xb)] = self._predicted(Xb, which, row)
                 row += len(Xb)
             return out
-        X = self._validate_X(X, reset=False)
-        return predict_outputs(self.model_, self.posterior_, self._tensor(X))[which].cpu().numpy().astype(np.float64)
+        return self._predicted(self._validate_X(X, reset=False), which, 0)
+
+    def _predicted(self, X: np.ndarray, which: int, first_row: int) -> np.ndarray:
+        """Output ``which`` of ``sparse.predict`` for validated rows X (the first numbered ``first_row``), after
+        ``check_predictions``."""
+        Xt = self._tensor(X)
+        outputs = predict_outputs(self.model_, self.posterior_, Xt)
+        check_predictions(Xt, outputs, self._torch_dtype(), first_row)
+        return outputs[which].cpu().numpy().astype(np.float64)
 
     def predict_log_proba(self, X) -> np.ndarray:
         """log p(y = c | x) for each row and class (columns ordered as ``classes_``): [N,C]."""
@@ -599,6 +612,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             "posterior": {"mean": self.posterior_.mean.detach().cpu(), "chol": self.posterior_.chol.detach().cpu()},
             "history": self.history_, "n_iter": int(self.n_iter_),
             "warm_started": bool(getattr(self, "warm_started_", False)),
+            "diagnostics": {"at_prior": bool(getattr(self, "at_prior_", False)),
+                            "stalled": bool(getattr(self, "stalled_", False)),
+                            "prior_distance": float(getattr(self, "prior_distance_", float("nan")))},
         }
         if hasattr(self, "feature_names_in_"):
             payload["feature_names_in"] = [str(c) for c in self.feature_names_in_]
@@ -647,10 +663,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             D, C = Zshape[-1], len(est.classes_)   # the kernel's input dimension (features for a hybrid)
             Z = np.zeros(tuple(Zshape[-2:]))
             est.model_ = est._build(D, C, Z, lengthscale=None, extractor=est._copy_extractor())
-            est.model_.load_state_dict({k: v.to(est.device) for k, v in d["model"].items()})
-            est.model_.eval()
             engine = est._make_engine()
             state = engine.init(est.model_, None, None, torch.Generator())
+            check_model_payload(path, d, est.model_, state)
+            est.model_.load_state_dict({k: v.to(est.device) for k, v in d["model"].items()})
+            est.model_.eval()
             est.state_ = load_state(state, d["state"])
             if est._method.outlier_model:
                 est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
@@ -659,12 +676,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             est.history_ = d["history"]
             est.n_iter_ = d["n_iter"]
             est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
+            est.converged_ = bool(est.history_.get("converged", False))
+            found = d.get("diagnostics", {})                             # files written before it existed lack it
+            est.at_prior_, est.prior_distance_ = bool(found.get("at_prior", False)), float(found.get("prior_distance", float("nan")))
+            est.stalled_ = bool(found.get("stalled", False))
             est._fitted_as_ = est._structure()
             est._full_gp_ = bool(d.get("full_gp", False))
             if est._full_gp_:
                 est.model_.Z.requires_grad_(False)
             if "row_keys" in d:
                 est._row_keys_ = d["row_keys"].numpy().astype(np.int64).view(np.uint64)
+        except ModelFileError:
+            raise
         except (KeyError, TypeError, RuntimeError, ValueError, AttributeError, IndexError) as exc:
             raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: {type(exc).__name__}: {exc}") from None
         return est

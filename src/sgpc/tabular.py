@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["DataNotFoundError", "Dataset", "load_file", "read_features", "CATEGORICAL_MODES", "MISSING_MODES",
+__all__ = ["DataNotFoundError", "NonNumericColumns", "Dataset", "load_file", "read_features", "CATEGORICAL_MODES", "MISSING_MODES",
            "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
 
 CATEGORICAL_MODES = ("ordinal", "onehot")
@@ -189,9 +189,9 @@ def read_features(path: str | os.PathLike, *, target: str | int | None = None, f
     parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
     text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
     if text and levels is None:
-        raise ValueError(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
-                         "(if one of them is the label, pass target=<column>; for categorical columns "
-                         "pass the training data's levels)")
+        raise NonNumericColumns(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
+                                "(if one of them is the label, pass target=<column>; for categorical columns "
+                                "pass the training data's levels)", text)
     return _encode(names, parsed, categorical, len(columns[0]) if columns else 0)
 
 
@@ -205,11 +205,17 @@ class _Categorical:
 
 def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str], list[np.ndarray]]:
     """Header and stripped string columns of a CSV file (gzip'd when its name ends in .gz or .GZ)."""
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = [h.strip() for h in next(reader, [])]
-        rows = [row for row in itertools.islice(reader, max_rows) if row]
+    gz = path.name.lower().endswith(".gz")
+    opener = gzip.open if gz else open
+    try:
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            rows = [row for row in itertools.islice(reader, max_rows) if row]
+    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as exc:
+        raise ValueError(f"{path} is not a CSV file: {_not_csv_cause(exc, gz)}; sgpc reads CSV (UTF-8 text with a "
+                         "header row, optionally .gz), Parquet (.parquet) and LIBSVM (.libsvm, .svm) files, by "
+                         "their names") from None
     if not header:
         raise ValueError(f"{path} is empty; a header row is required")
     if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
@@ -234,6 +240,26 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
     if not rows:
         return header, [np.array([], dtype=str) for _ in header]
     return header, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)]
+
+
+def _not_csv_cause(exc: Exception, gz: bool) -> str:
+    """The likely cause of a failure to read a file as CSV text, in our words."""
+    if isinstance(exc, gzip.BadGzipFile):
+        return "its name ends in .gz but it is not gzip-compressed"
+    if isinstance(exc, EOFError):
+        return "the gzip stream ends early (truncated)"
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"byte {exc.start} is not UTF-8 text; it looks like a binary file (Parquet, NumPy, a saved model, "
+                "a spreadsheet, or a compressed file)" + (" after decompression" if gz else ""))
+    return "it holds NUL bytes; it looks like a binary file, or text in UTF-16 (save it as UTF-8)"
+
+
+class NonNumericColumns(ValueError):
+    """Columns of a file read for prediction are not numbers (``read_features``); ``columns`` names them."""
+
+    def __init__(self, message: str, columns: list):
+        super().__init__(message)
+        self.columns = columns
 
 
 def _parse_feature(
