@@ -224,12 +224,24 @@ def _read_features(path: str, target, n_features: int | None = None, levels: dic
     """Feature matrix [N,D] of a file and its column names; the ``target`` column (when given) is dropped.
     ``n_features``: the model's D, for a LIBSVM file whose rows never use the highest index;
     ``levels``, ``zero_based``: the training file's categorical levels and LIBSVM index base (the sidecar's)."""
+    blocks = list(_feature_blocks(path, target, n_features, levels, zero_based, block_rows=None))
+    return np.vstack([X for X, _ in blocks]), blocks[0][1]
+
+
+PREDICT_BLOCK_ROWS = 1 << 16       # rows `sgpc predict` reads, predicts and writes at a time
+
+
+def _feature_blocks(path: str, target, n_features: int | None, levels: dict | None, zero_based: bool | str,
+                    block_rows: int | None = 1 << 16):
+    """``_read_features`` in blocks of ``block_rows`` rows (a CSV file; other formats in one block): yields
+    (X [B,D], names)."""
     _require_file(path, "file")
     try:
-        return tabular.read_features(path, target=target, n_features=n_features, levels=levels,
-                                      zero_based=zero_based)
+        yield from tabular.iter_features(path, target=target, n_features=n_features, levels=levels,
+                                         zero_based=zero_based, block_rows=block_rows)
     except tabular.NonNumericColumns as exc:
-        raise CLIError(f"{path}: columns {exc.columns[:5]} are not numeric; the model needs numeric features "
+        where = f" ({exc.where})" if exc.where else ""
+        raise CLIError(f"{path}: columns {exc.columns[:5]} are not numeric{where}; the model needs numeric features "
                        "(if one of them is the label, pass --target COL to drop it)") from None
 
 
@@ -423,13 +435,43 @@ def _cmd_predict(args) -> int:
     est, side = _load_model(args.model)
     if args.output != "-":
         _check_writable(args.output, args.model, _sidecar_path(args.model), args.file)
-    X, names = _read_features(args.file, args.target, len(side["mean"]), _levels(side), _zero_based(side))
-    X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
-    proba = est.predict_proba(X)
-    _write_csv(args.output, est.classes_.tolist(), proba)
+    # streamed: a block of rows is read, predicted and written before the next is read (memory: one block); the
+    # output goes to a temporary file renamed at the end, so a bad row found late leaves no partial output
+    out = sys.stdout if args.output == "-" else open(args.output + ".tmp", "w", newline="")
+    n = 0
+    try:
+        writer = csv.writer(out)
+        writer.writerow([str(c) for c in est.classes_.tolist()])
+        for X, names in _feature_blocks(args.file, args.target, len(side["mean"]), _levels(side), _zero_based(side),
+                                        PREDICT_BLOCK_ROWS):
+            X = _standardise(X, side, args.file, "if FILE has a label column, pass --target COL to drop it", names)
+            try:
+                proba = est.predict_proba(X)
+            except ValueError as exc:     # rows are numbered within the block: renumber them in the file
+                raise CLIError(_renumbered(str(exc), n)) from None
+            writer.writerows(proba.tolist())
+            n += len(proba)
+        if out is not sys.stdout:
+            out.close()
+            os.replace(args.output + ".tmp", args.output)
+    finally:
+        if out is not sys.stdout and not out.closed:
+            out.close()
+        if args.output != "-" and os.path.exists(args.output + ".tmp"):
+            os.remove(args.output + ".tmp")
     if args.output != "-":
-        print(f"wrote probabilities of {len(proba)} rows x {proba.shape[1]} classes to {args.output}")
+        print(f"wrote probabilities of {n} rows x {len(est.classes_)} classes to {args.output}")
     return 0
+
+
+def _renumbered(message: str, offset: int) -> str:
+    """An estimator message that names rows "first: 3, 17" of a block, with the rows numbered in the whole file
+    (rows counted from 0, after the header)."""
+    import re
+    if not offset:
+        return message
+    return re.sub(r"first: (\d+(?:, \d+)*)", lambda m: "first: " + ", ".join(
+        str(int(r) + offset) for r in m.group(1).split(", ")), message)
 
 
 def _cmd_evaluate(args) -> int:

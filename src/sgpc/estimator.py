@@ -37,6 +37,8 @@ from .warm_start import architecture, match_rows, row_keys
 
 __all__ = ["GPClassifier", "ModelFileError"]
 
+PREDICT_BLOCK = 1 << 16        # rows of an array predicted at a time (sparse.predict batches them further)
+
 
 def _grouped_options(params: dict) -> dict:
     """A model file's parameters with the options that files written before ``method_params``,
@@ -562,7 +564,12 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 out[row:row + len(Xb)] = self._predicted(Xb, which, row)
                 row += len(Xb)
             return out
-        return self._predicted(self._validate_X(X, reset=False), which, 0)
+        X = self._validate_X(X, reset=False)
+        # in blocks of rows: memory is the output [N,C] plus one block's tensors, whatever N
+        out = np.empty((X.shape[0], len(self.classes_)))
+        for start in range(0, X.shape[0], PREDICT_BLOCK):
+            out[start:start + PREDICT_BLOCK] = self._predicted(X[start:start + PREDICT_BLOCK], which, start)
+        return out
 
     def _predicted(self, X: np.ndarray, which: int, first_row: int) -> np.ndarray:
         """Output ``which`` of ``sparse.predict`` for validated rows X (the first numbered ``first_row``), after
@@ -579,7 +586,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities [N,C]; rows sum to one."""
-        return np.exp(self.predict_log_proba(X))
+        out = self.predict_log_proba(X)
+        return np.exp(out, out=out)
 
     def predict(self, X) -> np.ndarray:
         """Class label for each row: [N].

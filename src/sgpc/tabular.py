@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["DataNotFoundError", "NonNumericColumns", "Dataset", "load_file", "read_features", "CATEGORICAL_MODES", "MISSING_MODES",
-           "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
+__all__ = ["DataNotFoundError", "NonNumericColumns", "Dataset", "load_file", "read_features", "iter_features",
+           "CATEGORICAL_MODES", "MISSING_MODES", "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
 
 CATEGORICAL_MODES = ("ordinal", "onehot")
 MISSING_MODES = ("error", "category")
@@ -179,13 +179,36 @@ def read_features(path: str | os.PathLike, *, target: str | int | None = None, f
         ds = load_file(path, fmt="libsvm", n_features=n_features, zero_based=zero_based)
         return ds.X, ds.feature_names
     names, columns = (_read_parquet_columns if fmt == "parquet" else _read_csv)(path)
+    return _features(path, names, columns, target, levels, categorical, 0)
+
+
+def iter_features(path: str | os.PathLike, *, target: str | int | None = None, fmt: str | None = None,
+                  n_features: int | None = None, levels: Mapping[str, Sequence[str]] | None = None,
+                  categorical: str = "ordinal", zero_based: bool | str = "auto", block_rows: int = 1 << 16):
+    """``read_features`` in blocks: yields (X [B,D], names) for each block of up to ``block_rows`` rows, so that
+    a CSV file of any length is read in memory O(block_rows·D). Parquet and LIBSVM files come as one block."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    fmt = fmt or _infer_format(path)
+    if fmt != "csv":
+        yield read_features(path, target=target, fmt=fmt, n_features=n_features, levels=levels,
+                            categorical=categorical, zero_based=zero_based)
+        return
+    for names, columns, first in _csv_blocks(path, block_rows):
+        yield _features(path, names, columns, target, levels, categorical, first)
+
+
+def _features(path, names: list, columns: list, target, levels, categorical: str, first_row: int
+              ) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``read_features``' matrix of a file's string (or typed) columns, rows numbered from ``first_row``."""
     if target is not None:
         drop = _target_index(names, target)
         names, columns = names[:drop] + names[drop + 1:], columns[:drop] + columns[drop + 1:]
     if not names:
         raise ValueError(f"{path} has no feature columns besides the label {target!r}")
     _check_choice("categorical", categorical, CATEGORICAL_MODES)
-    locate = lambda i: f"row {i + 1} of {path}"                                    # noqa: E731
+    locate = lambda i: f"row {first_row + i + 1} of {path}"                          # noqa: E731
     parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
     text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
     if text and levels is None:
@@ -205,17 +228,44 @@ class _Categorical:
 
 def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str], list[np.ndarray]]:
     """Header and stripped string columns of a CSV file (gzip'd when its name ends in .gz or .GZ)."""
+    header, columns, _ = next(_csv_blocks(path, max_rows))
+    return header, columns
+
+
+def _csv_blocks(path: pathlib.Path, block_rows: int | None):
+    """Header, stripped string columns and the first row's number (from 0) of each block of ``block_rows`` rows of a
+    CSV file (None: all rows in one block); a file without rows gives one empty block."""
     gz = path.name.lower().endswith(".gz")
     opener = gzip.open if gz else open
     try:
         with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
             header = [h.strip() for h in next(reader, [])]
-            rows = [row for row in itertools.islice(reader, max_rows) if row]
+            _check_header(path, header)
+            first = 0
+            while True:
+                rows = [row for row in itertools.islice(reader, block_rows) if row]
+                if not rows:
+                    if first == 0:
+                        yield header, [np.array([], dtype=str) for _ in header], 0
+                    return
+                for i, row in enumerate(rows):
+                    if len(row) != len(header):
+                        raise ValueError(
+                            f"row {first + i + 1} of {path} has {len(row)} fields but the header has {len(header)}"
+                        )
+                yield header, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)], first
+                first += len(rows)
+                if block_rows is None:
+                    return
     except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as exc:
         raise ValueError(f"{path} is not a CSV file: {_not_csv_cause(exc, gz)}; sgpc reads CSV (UTF-8 text with a "
                          "header row, optionally .gz), Parquet (.parquet) and LIBSVM (.libsvm, .svm) files, by "
                          "their names") from None
+
+
+def _check_header(path: pathlib.Path, header: list[str]) -> None:
+    """ValueError for a CSV header row that cannot be one (none, another delimiter, unnamed columns)."""
     if not header:
         raise ValueError(f"{path} is empty; a header row is required")
     if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
@@ -228,18 +278,10 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
                              "some repeated. sgpc reads the first row as column names: add a header row "
                              "(e.g. x1,x2,...,label)")
         warnings.warn(f"{path}: every column name is a number ({header[:5]}); if the file has no header row, its "
-                      "first row was read as the names and is missing from the data", UserWarning, stacklevel=3)
+                      "first row was read as the names and is missing from the data", UserWarning, stacklevel=5)
     if "" in header:
         raise ValueError(f"column {header.index('') + 1} of {path} has no name in the header row (a pandas "
                          "index written by to_csv? write with index=False); name it or drop it")
-    for i, row in enumerate(rows):
-        if len(row) != len(header):
-            raise ValueError(
-                f"row {i + 1} of {path} has {len(row)} fields but the header has {len(header)}"
-            )
-    if not rows:
-        return header, [np.array([], dtype=str) for _ in header]
-    return header, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)]
 
 
 def _not_csv_cause(exc: Exception, gz: bool) -> str:
@@ -255,11 +297,12 @@ def _not_csv_cause(exc: Exception, gz: bool) -> str:
 
 
 class NonNumericColumns(ValueError):
-    """Columns of a file read for prediction are not numbers (``read_features``); ``columns`` names them."""
+    """Columns of a file read for prediction are not numbers (``read_features``); ``columns`` names them, ``where``
+    (when known) the first such value and its row."""
 
-    def __init__(self, message: str, columns: list):
+    def __init__(self, message: str, columns: list, where: str = ""):
         super().__init__(message)
-        self.columns = columns
+        self.columns, self.where = columns, where
 
 
 def _parse_feature(
@@ -294,8 +337,9 @@ def _parse_feature(
         return numbers
     if levels is not None:
         i = int(np.argmax(~np.isin(values, MISSING_TOKENS) & ~_parses_as_number(values)))
-        raise ValueError(f"column {name!r} is not numeric (the value {str(values[i])!r} at {locate(i)}) "
-                         "and was not a categorical column of the training data")
+        raise NonNumericColumns(f"column {name!r} is not numeric (the value {str(values[i])!r} at {locate(i)}) "
+                                "and was not a categorical column of the training data", [name],
+                                f"the value {str(values[i])!r} at {locate(i)}")
     if missing.any() and not missing_as_category:
         i = int(np.argmax(missing))
         raise ValueError(

@@ -112,14 +112,15 @@ def check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_ro
     """ValueError naming the rows (numbered from ``first_row``: a streamed block's offset) with NaN/inf, or,
     for a model of a narrower ``dtype`` (float32), with values that dtype cannot hold (they would become inf
     when the rows are cast)."""
-    bad = ~np.isfinite(X).all(axis=1)
+    block = 1 << 16                     # rows at a time: the temporaries stay small whatever N
+    bad = np.concatenate([~np.isfinite(X[a:a + block]).all(axis=1) for a in range(0, len(X), block)] or [[]])
     if bad.any():
         n, shown = _rows(bad, first_row)
         raise ValueError(f"{name} contains NaN or infinity in {n} row(s), first: {shown}; "
                          f"impute or drop them before {when}")
     if dtype is not None and dtype != torch.float64 and X.size:
         big = torch.finfo(dtype).max
-        bad = (np.abs(X) > big).any(axis=1)
+        bad = np.concatenate([(np.abs(X[a:a + block]) > big).any(axis=1) for a in range(0, len(X), block)])
         if bad.any():
             n, shown = _rows(bad, first_row)
             raise ValueError(f"{name} has values beyond {str(dtype).replace('torch.', '')}'s range (|x| > {big:.3g}) "
