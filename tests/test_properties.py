@@ -122,3 +122,18 @@ def test_same_seed_same_fit_and_save_load_same_predictions(models, method, tmp_p
     np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
     np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
     assert (loaded.at_prior_, loaded.stalled_) == (est.at_prior_, est.stalled_)
+
+
+def test_the_fuzz_benchmark_draws_reproducible_problems_and_checks_them(tmp_path):
+    # benchmarks/perf/fuzz.py at full size is a benchmark; here: its problems are a function of their number, and
+    # one problem of each kind of check (seed and save/load run on every 5th) passes
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("fuzz", path)
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    a, b = fuzz.draw(7, 0), fuzz.draw(7, 0)
+    assert a[0] == b[0] and np.array_equal(a[1], b[1]) and np.array_equal(a[3], b[3])
+    rec = fuzz.check(0, 0, str(tmp_path))
+    assert rec["failures"] == [] and rec["options"]["method"] == list(METHODS)[0]
