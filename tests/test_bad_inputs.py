@@ -96,8 +96,9 @@ FILES = {
     "a wrongly shaped posterior": (lambda p, t: _altered(p, t, _set("posterior", "chol", torch.zeros(3, 4, 4,
                                    dtype=torch.float64))), r"posterior/chol is a float64 tensor of shape \(3, 4, 4\), "
                                    r"the model needs a float64 tensor of shape \(3, 5, 5\)"),
-    "a weight of another dtype": (lambda p, t: _altered(p, t, _set("model", "Z", torch.zeros(3, 5, 3))),
-                                  "model/Z is a float32 tensor"),
+    # explicit dtypes: another test module may have changed torch's default dtype
+    "a weight of another dtype": (lambda p, t: _altered(p, t, _set("model", "Z", torch.zeros(
+                                  3, 5, 3, dtype=torch.float32))), "model/Z is a float32 tensor"),
     "per-row sites of two lengths": (lambda p, t: _altered(p, t, _set("state", "V", torch.zeros(39, 3, 5,
                                      dtype=torch.float64))), r"state/V .* shape \(39, 3, 5\), .* shape \(40, 3, 5\)"),
     "a missing state entry": (lambda p, t: _altered(p, t, _set("state", "Lam", None)), r"missing \['Lam'\]"),
