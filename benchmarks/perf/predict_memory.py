@@ -7,8 +7,10 @@ loads it and predicts the probabilities of N rows:
 * "npy": ``predict_proba(path)`` of an [N, 10] .npy file (memory-mapped, streamed block by block);
 * "csv": ``sgpc predict MODEL FILE.csv -o OUT.csv`` (the command line, streaming rows from the CSV to the output).
 
-It reports the process's peak resident memory (ru_maxrss) before and after predicting, and the growth less the
-output [N, C] float64 that ``predict_proba`` must return (the CLI writes its output as it goes). Bounded prediction
+It reports the process's resident memory before predicting (VmRSS) and its peak after (VmHWM: of this process
+image; ru_maxrss would carry the parent's peak across exec), and the growth less the output [N, C] float64 that
+``predict_proba`` must return (the CLI writes its output as it goes). A memory-mapped .npy file's pages count
+as resident once read (file-backed, reclaimable). Bounded prediction
 means that this overhead stays flat as N grows.
 
     python benchmarks/perf/predict_memory.py [--sizes 100000 1000000 10000000] [--sources array npy csv]
@@ -32,7 +34,13 @@ from _common import ROOT, write
 D, C = 10, 3
 
 CHILD = r"""
-import json, resource, sys, time, numpy as np, torch
+import json, sys, time, numpy as np, torch
+
+def status(key):
+    # VmRSS / VmHWM of this process image in KiB (ru_maxrss would carry the parent's peak across exec)
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(key + ":"))
+
 sys.path.insert(0, "src")
 torch.set_num_threads(1)
 from sgpc import GPClassifier, cli
@@ -43,7 +51,7 @@ if source == "array":
     rng = np.random.default_rng(0)
     for a in range(0, N, 1 << 16):
         X[a:a + (1 << 16)] = rng.normal(size=(min(1 << 16, N - a), 10))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = status("VmRSS")
 start = time.perf_counter()
 if source == "array":
     p = est.predict_proba(X)
@@ -53,9 +61,9 @@ else:
     assert cli.main(["predict", model, path, "-o", path + ".out.csv"]) == 0
     p = None
 seconds = time.perf_counter() - start
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = status("VmHWM")
 out_kb = 0 if p is None else p.nbytes / 1024
-print(json.dumps({"source": source, "N": N, "peak_rss_before_mb": before / 1024, "peak_rss_after_mb": after / 1024,
+print(json.dumps({"source": source, "N": N, "rss_before_mb": before / 1024, "peak_rss_after_mb": after / 1024,
                   "growth_mb": (after - before) / 1024, "output_mb": out_kb / 1024,
                   "overhead_mb": (after - before - out_kb) / 1024, "seconds": seconds}))
 """
@@ -113,7 +121,7 @@ def main():
                     raise SystemExit(f"{source} N={N} failed")
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 rows.append(row)
-                print(f"{source:5s} N={N:9d}: peak RSS {row['peak_rss_after_mb']:8.1f} MiB (before {row['peak_rss_before_mb']:8.1f}), "
+                print(f"{source:5s} N={N:9d}: peak RSS {row['peak_rss_after_mb']:8.1f} MiB (RSS before {row['rss_before_mb']:8.1f}), "
                       f"output {row['output_mb']:7.1f} MiB, overhead {row['overhead_mb']:7.1f} MiB, {row['seconds']:.1f} s",
                       flush=True)
                 write("predict_memory", {"config": {**vars(args), "D": D, "C": C, "M": 50, "method": "vi"}, "rows": rows})
