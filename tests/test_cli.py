@@ -476,3 +476,26 @@ def test_a_bad_row_late_in_the_file_leaves_no_output(name_model, tmp_path, capsy
     err = capsys.readouterr().err
     assert "row 91 of" in err and "Traceback" not in err
     assert not out.exists() and not (tmp_path / "p.csv.tmp").exists()
+
+
+def test_predict_streams_blocks_and_numbers_bad_rows_in_the_file(file_model, tmp_path, capsys, monkeypatch):
+    # `sgpc predict` reads, predicts and writes a block of rows at a time (memory O(block), issue 43); the result
+    # is the one of the whole file at once, and a bad row in a later block is named by its row in the file
+    model, data = file_model
+    whole, blocks = tmp_path / "whole.csv", tmp_path / "blocks.csv"
+    assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(whole)]) == 0
+    assert cli.main(["predict", str(model), str(data), "--target", "species", "-o", str(blocks), "--batch-size", "7"]) == 0
+    (header_w, p_w), (header_b, p_b) = _read_csv(whole), _read_csv(blocks)
+    assert header_w == header_b
+    np.testing.assert_allclose(p_b, p_w, rtol=0, atol=1e-12)     # other batch shapes: ulps, not the other rows
+    lines = data.read_text().splitlines()
+    missing = lines[:20] + [",".join(["?"] * 4 + [lines[20].split(",")[-1]])] + lines[21:]   # row 20 of the data
+    (tmp_path / "missing.csv").write_text("\n".join(missing) + "\n")
+    capsys.readouterr()
+    bad = tmp_path / "bad.csv"
+    assert cli.main(["predict", str(model), str(tmp_path / "missing.csv"), "--target", "species", "-o", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "row 20 of" in err and not bad.exists() and not (tmp_path / "bad.csv.tmp").exists()
+    # the estimator numbers rows within the block it was given: renumbered in the file
+    assert cli._renumbered("X has 2 row(s) too large ..., first: 0, 5 (largest", 14) == \
+        "X has 2 row(s) too large ..., first: 14, 19 (largest"

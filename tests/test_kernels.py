@@ -151,15 +151,15 @@ def test_float32_expansion_stays_narrow_only_where_accurate(nu):
     Z = torch.rand(3, 40, 784, generator=g, dtype=torch.float32)
     Z[:, :4] = X[:4]                                                    # copies, as initial inducing inputs
     kernel = (K.RBF(784, 3, lengthscale=7.0) if nu is None else K.Matern(784, 3, nu=nu, lengthscale=7.0)).float()
-    centre = X.mean(0)
-    widened = kernel._narrow_rounds(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm(X - centre))
-    assert widened == (nu == 0.5)                                       # only Matérn-½ (k ≈ 1 − √d²) widens
+    centre = Z.mean(-2, keepdim=True)                                    # the model's side (Z) is the centre
+    widened = kernel._wide_columns(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm(X - centre), False)
+    assert widened is (True if nu == 0.5 else None)                     # only Matérn-½ (k ≈ 1 − √d²) widens
     for A, B in ((Z, X), (Z, Z)):
         got = kernel(A, B).double()
         want = kernel.double()(A.double(), B.double())
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)        # a tenth of float32's base jitter
-    far = kernel._narrow_rounds(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm((X - centre) * 100))  # 10⁴×: widen
-    assert far
+    far = kernel._wide_columns(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm((X - centre) * 100), False)
+    assert far is True                                                  # 10⁴×: widen
     assert kernel(Z, X[:0]).shape == (3, 40, 0) and kernel(X[:0], Z).shape == (3, 0, 40)   # empty sides
 
 
@@ -214,3 +214,35 @@ def test_hand_written_squared_distance_gradient(a3, b3, same, n_sets, ard):
         assert torch.autograd.gradcheck(lambda a, v: K._CentredSqDist.apply(a, a, v, True), (A, w))
     else:
         assert torch.autograd.gradcheck(lambda a, b, v: K._CentredSqDist.apply(a, b, v, False), (A, B, w))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("per_latent_z", [False, True])
+def test_a_query_rows_column_depends_on_that_row_only(name, dtype, per_latent_z):
+    # k(Z, X) is centred on Z (the model's side) and a float32 kernel widens per query row: a far row among the
+    # query rows moved the others' distances (centred on the mean of X) — a prediction depended on the batch
+    g = torch.Generator().manual_seed(1)
+    kernel = make(name).to(dtype)
+    Z = torch.randn(L, 5, D, generator=g) if per_latent_z else torch.randn(5, D, generator=g)
+    X = torch.randn(9, D, generator=g)
+    Z, X = Z.to(dtype), X.to(dtype)
+    base = kernel(Z, X)
+    big = 1e30 if dtype == torch.float32 else 1e200
+    for far in (1e3, 1e8, big):
+        X_far = torch.cat([X, torch.tensor([[far, -far, 0.0]], dtype=dtype)])
+        got = kernel(Z, X_far)
+        # the same shape, so the same products: bitwise
+        torch.testing.assert_close(kernel(Z, torch.cat([X, X[:1]]))[..., :9], got[..., :9], rtol=0, atol=0)
+        torch.testing.assert_close(got[..., :9], base, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+        if name != "linear" and far >= 1e8:             # a stationary kernel's value at a far row is 0, not NaN
+            assert torch.isfinite(got).all() and (got[..., 9] == 0).all()
+
+
+@pytest.mark.parametrize("nu", [0.5, 1.5, 2.5])
+def test_matern_at_an_infinite_distance_is_zero(nu):
+    # (1 + s + s²/3) e^(−s) at s = inf was inf·0 = NaN: a row at 1e200 (d² overflows to inf) predicted NaN
+    kernel = K.Matern(D, 1, nu=nu)
+    Z = torch.randn(4, D, generator=torch.Generator().manual_seed(2))
+    k = kernel(Z, torch.tensor([[1e200, 0.0, 0.0], [0.0, 1e300, -1e300]]))
+    assert torch.equal(k, torch.zeros_like(k))

@@ -314,7 +314,10 @@ def _read_sidecar(path: str) -> dict:
         with open(path) as f:
             side = json.load(f)
     except (OSError, ValueError) as exc:
-        raise CLIError(f"{path} is not a readable sgpc sidecar ({exc})") from None
+        why = ("it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else
+               f"it is not valid JSON (line {exc.lineno}: damaged or edited?)" if isinstance(exc, json.JSONDecodeError)
+               else "the system could not read it")
+        raise CLIError(f"{path} is not a readable sgpc sidecar: {why}; `sgpc fit` rewrites it") from None
     if not isinstance(side, dict) or side.get("format") != _SIDECAR_FORMAT:
         raise CLIError(f"{path} is not an sgpc sidecar file")
     if side.get("version") != _SIDECAR_VERSION:
@@ -356,8 +359,12 @@ def _read_feature_blocks(path: str, target, side: dict, block_rows: int):
         names, blocks = tabular.read_feature_blocks(path, target=target, n_features=len(side["mean"]),
                                                     levels=_levels(side), zero_based=_zero_based(side),
                                                     block_rows=block_rows)
+    except tabular.NonNumericColumns as exc:
+        where = f" ({exc.where})" if exc.where else ""
+        raise CLIError(f"{path}: columns {exc.columns[:5]} are not numeric{where}; the model needs numeric features "
+                       "(if one of them is the label, pass --target COL to drop it)") from None
     except ValueError as exc:
-        raise CLIError(f"{exc} (or pass --target COL)") from None
+        raise CLIError(str(exc)) from None
     return names, hinted(blocks)
 
 
@@ -494,6 +501,16 @@ def _cmd_fit_stream(args, started: float) -> int:
     return _fit_and_save(args, src, None, record, f"{args.data} (all rows, streaming)", (st.n_rows, src.n_features), started)
 
 
+def _fit_status(est: GPClassifier) -> str:
+    """How a fit ended, for its summary line (``converged_``, ``stalled_``, ``at_prior_``; the warnings on stderr say why)."""
+    status = "converged" if est.converged_ else "NOT converged (stopped at --max-iter)"
+    if est.stalled_:
+        status += ", STALLED (EP restarted latent functions from the prior)"
+    if est.at_prior_:
+        status += ", AT THE PRIOR (its predictions are the prior's: it learned nothing from the data)"
+    return status
+
+
 def _estimator(args) -> GPClassifier:
     """The estimator that ``fit`` and ``fit --stream`` configure from the command line (``FIT_OPTIONS``)."""
     return GPClassifier(**_estimator_params(args))
@@ -513,15 +530,16 @@ def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], s
     if args.json:
         summary = {"model": args.output, "data": record["data"], "source": record["source"], "n_rows": N,
                    "n_features": D, "classes": est.classes_.tolist(), "method": est.method,
-                   "likelihood": est.likelihood, "kernel": est.kernel, "n_inducing": min(est.n_inducing, N),
-                   "n_iter": int(est.n_iter_), "converged": bool(est.converged_), "objective": objective,
+                   "likelihood": est.likelihood, "kernel": est.kernel, "n_inducing": est.model_.n_inducing,
+                   "n_iter": int(est.n_iter_), "converged": bool(est.converged_), "at_prior": bool(est.at_prior_),
+                   "stalled": bool(est.stalled_), "objective": objective,
                    "timings": {"fit_s": seconds, "total_s": time.perf_counter() - started},
                    "device": str(est.device), "sgpc_version": __version__, "torch_version": str(torch.__version__)}
         print(json.dumps(summary))
         return 0
     shown = "nan" if objective is None else f"{objective:.6g}"
-    print(f"fitted {est.method} on {what}: N={N} D={D} C={len(est.classes_)} M={min(est.n_inducing, N)}, "
-          f"{est.n_iter_} iterations in {seconds:.1f} s ({'converged' if est.converged_ else 'not converged'}), "
+    print(f"fitted {est.method} on {what}: N={N} D={D} C={len(est.classes_)} M={est.model_.n_inducing}, "
+          f"{est.n_iter_} iterations in {seconds:.1f} s ({_fit_status(est)}), "
           f"final objective {shown}; wrote {args.output}")
     return 0
 
@@ -568,13 +586,26 @@ def _cmd_predict(args) -> int:
             if not len(X):
                 continue
             Xs = _standardise(X, side)
-            labels, proba = est.predict(Xs).tolist(), est.predict_proba(Xs).tolist()
+            try:
+                labels, proba = est.predict(Xs).tolist(), est.predict_proba(Xs).tolist()
+            except ValueError as exc:     # rows are numbered within the block: renumber them in the file
+                raise CLIError(_renumbered(str(exc), n_rows)) from None
             writer.writerows([label, *row] for label, row in zip(labels, proba))
             n_rows += len(X)
     if args.output != "-":
         print(f"wrote predicted labels and probabilities of {n_rows} rows x {len(est.classes_)} classes to "
               f"{args.output}")
     return 0
+
+
+def _renumbered(message: str, offset: int) -> str:
+    """An estimator message that names rows "first: 3, 17" of a block, with the rows numbered in the whole file
+    (rows counted from 0, after the header)."""
+    import re
+    if not offset:
+        return message
+    return re.sub(r"first: (\d+(?:, \d+)*)", lambda m: "first: " + ", ".join(
+        str(int(r) + offset) for r in m.group(1).split(", ")), message)
 
 
 def _cmd_evaluate(args) -> int:

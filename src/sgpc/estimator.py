@@ -25,9 +25,11 @@ from . import fitting, stream
 from .persist import ModelFileError, check_plain, model_payload, read_model, save_model
 from .registry import make_engine
 from .sparse import predict as predict_outputs
-from .validation import check_finite, plain_value, validated
+from .validation import DTYPES, check_finite, check_predictions, plain_value, validated
 
 __all__ = ["GPClassifier", "ModelFileError"]
+
+PREDICT_BLOCK = 1 << 16        # rows of an array predicted at a time (sparse.predict batches them further)
 
 
 class GPClassifier(ClassifierMixin, BaseEstimator):
@@ -124,7 +126,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             is bound by kernel launches; the first step compiles.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
-    posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, warm_started_; for "rmgpc"/"smgpc" also
+    posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, stalled_, at_prior_ and prior_distance_
+    (``diagnostics``: a fit that stalled, or whose predictions are the prior's), warm_started_; for "rmgpc"/"smgpc" also
     outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc"); after
     ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
@@ -241,13 +244,24 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             out = np.empty((source.n_rows, len(self.classes_)))
             row = 0
             for Xb, _ in stream.iter_rows(source):
-                check_finite(Xb, when="predicting", first_row=row)
-                out[row:row + len(Xb)] = predict_outputs(self.model_, self.posterior_,
-                                                         self._tensor(Xb))[which].cpu().numpy()
+                check_finite(Xb, when="predicting", first_row=row, dtype=DTYPES[self.dtype])
+                out[row:row + len(Xb)] = self._predicted(Xb, which, row)
                 row += len(Xb)
             return out
         X = validated(self, X, reset=False)
-        return predict_outputs(self.model_, self.posterior_, self._tensor(X))[which].cpu().numpy().astype(np.float64)
+        # in blocks of rows: memory is the output [N,C] plus one block's tensors, whatever N
+        out = np.empty((X.shape[0], len(self.classes_)))
+        for start in range(0, X.shape[0], PREDICT_BLOCK):
+            out[start:start + PREDICT_BLOCK] = self._predicted(X[start:start + PREDICT_BLOCK], which, start)
+        return out
+
+    def _predicted(self, X: np.ndarray, which: int, first_row: int) -> np.ndarray:
+        """Output ``which`` of ``sparse.predict`` for validated rows X (the first numbered ``first_row``), after
+        ``check_predictions``."""
+        Xt = self._tensor(X)
+        outputs = predict_outputs(self.model_, self.posterior_, Xt)
+        check_predictions(Xt, outputs, DTYPES[self.dtype], first_row)
+        return outputs[which].cpu().numpy().astype(np.float64)
 
     def predict_log_proba(self, X) -> np.ndarray:
         """log p(y = c | x) for each row and class (columns ordered as ``classes_``): [N,C]."""
@@ -256,7 +270,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities [N,C]; rows sum to one."""
-        return np.exp(self.predict_log_proba(X))
+        out = self.predict_log_proba(X)
+        return np.exp(out, out=out)
 
     def predict(self, X) -> np.ndarray:
         """Class label for each row: [N].
@@ -308,7 +323,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         params = fitting.load_device(path, d["params"], device)
         try:
             est = cls(**params, feature_extractor=feature_extractor)
-            fitting.restore(est, d)
+            fitting.restore(est, d, path)
+        except ModelFileError:
+            raise
         except (KeyError, TypeError, RuntimeError, ValueError, AttributeError, IndexError) as exc:
             raise ModelFileError(f"{path} is damaged or from an incompatible sgpc: {type(exc).__name__}: {exc}") from None
         return est

@@ -23,9 +23,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
-from . import stream
+from . import diagnostics, stream
 from .initialization import extractor_features, initial_lengthscales
-from .persist import load_state
+from .persist import check_model_payload, load_state
 from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
                        make_engine, make_kernel, make_likelihood)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
@@ -244,7 +244,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
     est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
     record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
-    finish(est, p, engine, history, warm, full_gp)
+    finish(est, p, engine, history, warm, full_gp, X_check=Xt)
     if keys is not None:
         est._row_keys_ = keys
     return est
@@ -271,9 +271,10 @@ def held_out(p: dict, X: np.ndarray, y_enc: np.ndarray, seed: int):
     return X_fit, y_fit, monitor
 
 
-def finish(est, p: dict, engine, history, warm: bool, full_gp: bool) -> None:
-    """The fitted attributes that every fit sets from its engine state and history, and the warning of a
-    fit that stopped at its ceiling before the stopping rule was met."""
+def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: torch.Tensor) -> None:
+    """The fitted attributes that every fit sets from its engine state and history, the warning of a
+    fit that stopped at its ceiling before the stopping rule was met, and ``diagnostics`` on training rows
+    ``X_check`` (a fit at the prior: ``at_prior_``, ``prior_distance_``, a ``DegenerateFitWarning``)."""
     est.posterior_ = engine.posterior(est.model_, est.state_)
     est.__dict__.pop("outlier_proba_", None)          # an earlier rmgpc fit's, of other rows
     if METHODS[p["method"]].outlier_model:
@@ -283,7 +284,10 @@ def finish(est, p: dict, engine, history, warm: bool, full_gp: bool) -> None:
     est._fitted_as_ = structure(p)     # what a warm start may continue
     est._full_gp_ = full_gp
     est.warm_started_ = bool(warm)
-    est.converged_ = bool(history.converged)
+    found = diagnostics.diagnose(est.model_, est.posterior_, X_check, history.converged, engine.counters(est.state_))
+    est.converged_, est.at_prior_, est.prior_distance_ = found.converged, found.at_prior, found.prior_distance
+    est.stalled_ = found.stalled
+    diagnostics.warn(found, p["method"], stacklevel=5)
     if p["tol"] is not None and not est.converged_:
         what = "held-out log-likelihood" if p["early_stopping"] else "objective"
         moved = "improved" if p["early_stopping"] else "moved"
@@ -347,13 +351,13 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
         print(f"sgpc: {p['method']} streamed, {len(est.classes_)} classes, N={N}, D={D}, M={M}")
     est.state_, history = fit_loop(est.model_, engine, state, stream.LabelEncoded(source, est.classes_), None,
                                    loop, generator=generator, validate=validate, resume=resume, comm=comm)
-    finish(est, p, engine, history, warm, full_gp=False)
+    finish(est, p, engine, history, warm, full_gp=False, X_check=as_tensor(p, st.X_sample))
     est._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
     est.__dict__.pop("feature_names_in_", None)
     return est
 
 
-def restore(est, d: dict) -> None:
+def restore(est, d: dict, path="the model file") -> None:
     """Set the fitted attributes of ``est`` (constructed with the file's parameters) from a model file's
     content ``d`` (``persist.read_model``)."""
     p = settings(est)
@@ -366,10 +370,11 @@ def restore(est, d: dict) -> None:
     D, C = Zshape[-1], len(est.classes_)   # the kernel's input dimension (features for a hybrid)
     Z = np.zeros(tuple(Zshape[-2:]))
     est.model_ = build_model(p, D, C, Z, lengthscale=None, extractor=copy_extractor(p))
-    est.model_.load_state_dict({k: v.to(p["device"]) for k, v in d["model"].items()})
-    est.model_.eval()
     engine = make_engine(p)
     state = engine.init(est.model_, None, None, torch.Generator())
+    check_model_payload(path, d, est.model_, state)
+    est.model_.load_state_dict({k: v.to(p["device"]) for k, v in d["model"].items()})
+    est.model_.eval()
     est.state_ = load_state(state, d["state"])
     if METHODS[p["method"]].outlier_model:
         est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
@@ -380,6 +385,10 @@ def restore(est, d: dict) -> None:
     est.n_iter_ = d["n_iter"]
     est.warm_started_ = bool(d.get("warm_started", False))      # files written before it existed lack it
     est.metadata_ = dict(d.get("metadata") or {})
+    est.converged_ = bool(est.history_.get("converged", False))
+    found = d.get("diagnostics", {})                             # files written before it existed lack it
+    est.at_prior_, est.prior_distance_ = bool(found.get("at_prior", False)), float(found.get("prior_distance", float("nan")))
+    est.stalled_ = bool(found.get("stalled", False))
     est._fitted_as_ = structure(p)
     est._full_gp_ = bool(d.get("full_gp", False))
     if est._full_gp_:

@@ -177,12 +177,14 @@ class Kernel(nn.Module):
 
     def scaled_inner(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
         """Σ_d x_d x'_d / ℓ_d², [S,N,M] (S = 1 for a shared kernel on [N,D] inputs, else L); the
-        ℓ-scaling is applied to the smaller input (the inducing side)."""
+        ℓ-scaling is applied to X1, the model's side (the inducing inputs), unless only X2 has a latent
+        axis — a rule of the shapes' ranks alone, so a query row's value never depends on how many rows
+        come with it."""
         self._check(X1)
         self._check(X2)
         w = self._inv_sq_lengthscale().to(X1.dtype)                                 # [S,D]
-        if X1.ndim == 3 or (X2.ndim == 2 and X1.shape[-2] <= X2.shape[-2]):
-            return (X1 * w[:, None, :]) @ X2.transpose(-1, -2)                      # scale the smaller side
+        if X1.ndim == 3 or X2.ndim == 2:
+            return (X1 * w[:, None, :]) @ X2.transpose(-1, -2)
         return X1 @ (X2 * w[:, None, :]).transpose(-1, -2)
 
     def scaled_sqnorm(self, X: torch.Tensor) -> torch.Tensor:
@@ -193,12 +195,17 @@ class Kernel(nn.Module):
     def scaled_sqdist(self, X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
         """Σ_d (x_d − x'_d)² / ℓ_d², [S,N,M], clamped at 0 (the expansion can round below).
 
+        X1 is the model's side (the inducing inputs Z, or training inputs) and X2 the query rows: each column
+        of the result is a function of its own row of X2 and of X1 only, whatever other rows X2 holds.
+
         By the expansion ‖x‖² + ‖x'‖² − 2x·x' (one matrix product, ``_CentredSqDist``), which cancels where
-        x ≈ x' relative to ‖x‖/ℓ. So both sides are first centred on the mean of X2 (exact for a distance;
-        it removes a common offset: in float32, inputs offset by 1000 gave RBF values off by 0.63), and a
-        float32 model expands in float64 (at coincident points float32 left d² ≈ 1e-7·‖x‖²/ℓ², which
-        Matérn-½ turns into a kernel off by 0.022 at ℓ = 0.1); the result is cast back
-        (docs/design-notes.md, "Kernels").
+        x ≈ x' relative to ‖x‖/ℓ. So both sides are first centred on the mean of X1 (exact for a distance;
+        it removes a common offset: in float32, inputs offset by 1000 gave RBF values off by 0.63) — X1's,
+        not X2's, so that one far query row cannot move the centre of the others. A float32 model expands
+        in float64 the columns whose rounding would be too large (``_wide_columns``: at coincident points
+        float32 left d² ≈ 1e-7·‖x‖²/ℓ², which Matérn-½ turns into a kernel off by 0.022 at ℓ = 0.1); the
+        result is cast back (docs/design-notes.md, "Kernels"). A query row too large for the dtype's
+        squared norm gets d² = inf (its kernel values 0), or NaN where even the product overflows.
         """
         self._check(X1)
         self._check(X2)
@@ -206,23 +213,28 @@ class Kernel(nn.Module):
             return self._direct_sqdist(X1)
         dtype, wide = X1.dtype, wide_dtype(X1)
         same = X1 is X2
-        centre = X2.detach().mean(-2, keepdim=True)
+        centre = X1.detach().mean(-2, keepdim=True)
         A = X1 - centre
         B = A if same else X2 - centre
         w = self._inv_sq_lengthscale().to(dtype)                                    # [S,D] or [S,1]
-        if wide != dtype:
+        if wide == dtype:
+            d2 = self._expanded(A, B, w, same)
+        else:
             with torch.no_grad():
                 n1 = _scaled_sqnorm(A, w)
                 n2 = n1 if same else _scaled_sqnorm(B, w)
-            if self._narrow_rounds(n1, n2):
-                A, w = A.to(wide), w.to(wide)
-                B = A if same else B.to(wide)
-        if torch.compiler.is_compiling():       # the compiler fuses autograd's element-wise work itself
-            d2 = (_scaled_sqnorm(A, w)[..., :, None] + _scaled_sqnorm(B, w)[..., None, :]
-                  - 2.0 * (A * w[:, None, :]) @ B.transpose(-1, -2))
-        else:
-            d2 = _CentredSqDist.apply(A, B, w, same)
-        d2 = d2.to(dtype)
+            cols = self._wide_columns(n1, n2, same)
+            if cols is None:
+                d2 = self._expanded(A, B, w, same)
+            elif cols is True:
+                Aw = A.to(wide)
+                d2 = self._expanded(Aw, Aw if same else B.to(wide), w.to(wide), same).to(dtype)
+            else:       # some query rows widen, the rest stay narrow: each column as if it were alone
+                narrow, widened = torch.nonzero(~cols).flatten(), torch.nonzero(cols).flatten()
+                parts = (self._expanded(A, B.index_select(-2, narrow), w, False),
+                         self._expanded(A.to(wide), B.index_select(-2, widened).to(wide), w.to(wide), False).to(dtype))
+                order = torch.argsort(torch.cat([narrow, widened]))
+                d2 = torch.cat(parts, -1).index_select(-1, order)
         if same:
             # k(X, X): the diagonal is exactly 0. The expansion leaves ~1e-16·|x|² there, and a kernel of
             # r = √d² (Matérn ½: 1 − 3e-8 instead of 1) turns that rounding into a visible error that
@@ -231,23 +243,37 @@ class Kernel(nn.Module):
             d2 = d2.masked_fill(eye, 0.0)
         return d2.clamp_min(0.0)
 
+    @staticmethod
+    def _expanded(A: torch.Tensor, B: torch.Tensor, w: torch.Tensor, same: bool) -> torch.Tensor:
+        """n_A + n_B − 2 (A ⊙ w) Bᵀ of centred inputs (``_CentredSqDist``; plain autograd inside torch.compile)."""
+        if torch.compiler.is_compiling():       # the compiler fuses autograd's element-wise work itself
+            return (_scaled_sqnorm(A, w)[..., :, None] + _scaled_sqnorm(B, w)[..., None, :]
+                    - 2.0 * (A * w[:, None, :]) @ B.transpose(-1, -2))
+        return _CentredSqDist.apply(A, B, w, same)
+
     # Rounding of d² a narrow (float32) expansion may leave: eps·(max ‖x − x̄‖² + max ‖x' − x̄‖²)/ℓ².
     # An error δ in d² moves a kernel smooth in d² (RBF, Matérn 3/2, 5/2) by ≈ δ/2 of its value, so
     # 2e-6 keeps it a tenth of float32's base jitter (1e-5); Matérn-½ (k ≈ 1 − √d²) sets 1e-12.
     _d2_tolerance = 2e-6
 
-    def _narrow_rounds(self, n1: torch.Tensor, n2: torch.Tensor) -> bool:
-        """Whether centred inputs of a narrow dtype, with scaled squared norms ``n1``, ``n2`` (the
-        expansion's own), must be expanded in ``wide_dtype`` to keep d²'s rounding below
-        ``_d2_tolerance``. Widening always doubled the cost of a float32 kernel at MNIST scale
-        (docs/design-notes.md, "Kernels").
-        Inside torch.compile (no host sync) always True."""
+    def _wide_columns(self, n1: torch.Tensor, n2: torch.Tensor, same: bool):
+        """Which query columns of a narrow-dtype expansion, with scaled squared norms ``n1`` [S,N] (the model's
+        side) and ``n2`` [S,M] (the query rows), must be expanded in ``wide_dtype`` to keep d²'s rounding,
+        eps·(max n1 + n2_m), below ``_d2_tolerance``: None (no column), True (all, or ``same``: K(X, X) is
+        decided as a whole) or a bool mask [M]. Decided per column, so that whether one query row widens
+        never depends on the others. Widening always doubled the cost of a float32 kernel at MNIST scale
+        (docs/design-notes.md, "Kernels"). Inside torch.compile (no host sync) always True."""
         if torch.compiler.is_compiling():
             return True
         if n1.numel() == 0 or n2.numel() == 0:
-            return False                                                   # no distances to round
-        reach = float(n1.detach().amax() + n2.detach().amax())             # one host sync
-        return not reach * torch.finfo(n1.dtype).eps <= self._d2_tolerance             # NaN: widen
+            return None                                                    # no distances to round
+        eps = torch.finfo(n1.dtype).eps
+        reach = n1.detach().amax() + n2.detach().amax(0)                   # [M]
+        cols = ~(reach * eps <= self._d2_tolerance)                        # NaN/inf: widen
+        if same:
+            return True if bool(cols.any()) else None
+        n_wide = int(cols.sum())                                           # one host sync
+        return None if n_wide == 0 else True if n_wide == cols.numel() else cols
 
     def _expansion_rounds(self, X: torch.Tensor) -> bool:
         """Whether the expansion's rounding, eps·max ‖x − x̄‖²/ℓ² (float64 at the least), exceeds 1e-12 of the
@@ -320,7 +346,8 @@ class Matern(Kernel):
 
     def correlation(self, X1, X2):
         # sqrt has an infinite derivative at 0; the clamp keeps gradients finite on the diagonal
-        r = torch.sqrt(self.scaled_sqdist(X1, X2).clamp_min(1e-30))
+        # and the upper one keeps (1 + s + s²/3)·e^(−s) at 0, not inf·0, for a far row (e^(−1000) is 0 in any dtype)
+        r = torch.sqrt(self.scaled_sqdist(X1, X2).clamp(1e-30, 1e6))
         if self.nu == 0.5:
             return torch.exp(-r)
         if self.nu == 1.5:

@@ -31,7 +31,8 @@ from .registry import KERNEL_OPTIONS, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, OPTION
 
 __all__ = ["CheckpointError", "ModelFileError", "digest", "atomic_save", "save_checkpoint", "load_checkpoint",
            "save_model", "load_model", "model_payload", "read_model", "current_params", "check_model_version",
-           "check_plain", "file_error_detail", "state_to_dict", "load_state", "MODEL_FORMAT",
+           "check_plain", "file_error_detail", "check_structure", "check_model_payload", "state_to_dict", "load_state",
+           "MODEL_FORMAT",
            "MODEL_VERSION", "CHECKPOINT_FORMAT"]
 
 MODEL_FORMAT = "sgpc-model"
@@ -85,13 +86,38 @@ def atomic_save(path: str | os.PathLike, payload: dict) -> None:
             os.remove(tmp)
 
 
-def file_error_detail(exc: Exception) -> str:
-    """Why torch could not read a model or checkpoint file, without torch's advice to load it unsafely
-    (``weights_only=False``) when the file holds arbitrary objects."""
+def _looks_like_text(path: str) -> bool:
+    """Whether the first 4 KiB of ``path`` decode as UTF-8 text without NUL bytes (a CSV, JSON, ... file)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        head.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return b"\0" not in head
+
+
+def file_error_detail(exc: Exception, path: str | os.PathLike | None = None) -> str:
+    """Why torch could not read a model or checkpoint file, as the likely cause in our words: torch's and the
+    system's own messages (and torch's advice to load a file unsafely, ``weights_only=False``) are not shown."""
+    if isinstance(exc, IsADirectoryError):
+        return "it is a directory, not a file"
+    if isinstance(exc, PermissionError):
+        return "permission to read it was denied"
+    if isinstance(exc, OSError):
+        return "the system could not read it (a device, a pipe, or a path it cannot open)"
+    if path is not None:
+        path = os.fspath(path)
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            return "it is empty"
+        if _looks_like_text(path):
+            return "it is a text file (CSV, JSON, ...), not a file written by sgpc's save"
     if isinstance(exc, pickle.UnpicklingError):
         return ("it holds objects other than tensors and plain values (not written by sgpc, or altered); "
                 "sgpc never unpickles such objects")
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, EOFError):
+        return "it ends early (truncated: an interrupted copy or download?)"
+    return "it is not a file written by sgpc's save (another kind of file, or a truncated or corrupted one)"
 
 
 def _read(path: str | os.PathLike, error: type[ValueError], what: str) -> dict:
@@ -101,7 +127,7 @@ def _read(path: str | os.PathLike, error: type[ValueError], what: str) -> dict:
     except FileNotFoundError:
         raise
     except Exception as exc:  # truncated, corrupt or foreign files raise many different types
-        raise error(f"{path} is not a readable sgpc {what} ({file_error_detail(exc)})") from None
+        raise error(f"{path} is not a readable sgpc {what}: {file_error_detail(exc, path)}") from None
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -158,6 +184,9 @@ def model_payload(est, params: dict) -> dict:
         "posterior": {"mean": est.posterior_.mean.detach().cpu(), "chol": est.posterior_.chol.detach().cpu()},
         "history": est.history_, "n_iter": int(est.n_iter_),
         "warm_started": bool(getattr(est, "warm_started_", False)),
+        "diagnostics": {"at_prior": bool(getattr(est, "at_prior_", False)),
+                        "stalled": bool(getattr(est, "stalled_", False)),
+                        "prior_distance": float(getattr(est, "prior_distance_", float("nan")))},
     }
     if hasattr(est, "feature_names_in_"):
         payload["feature_names_in"] = [str(c) for c in est.feature_names_in_]
@@ -254,7 +283,70 @@ def check_model_version(path: str | os.PathLike, d: dict) -> None:
         raise ModelFileError(f"{path} was written by {by} in model format version {version}; this sgpc "
                              f"({__version__}) reads format version {MODEL_VERSION}: upgrade sgpc "
                              "(pip install -U sgpc) to load it")
-    raise ModelFileError(f"{path} has model format version {version!r}; this sgpc reads {MODEL_VERSION}")
+    raise ModelFileError(f"{path} has model format version {version!r}, this sgpc reads version {MODEL_VERSION} "
+                         "(not a version any sgpc wrote: the file was altered)")
+
+
+# -- the structure of a model file's tensors ---------------------------------------------------------
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def check_structure(path, part: str, saved, expected, rows: dict) -> None:
+    """ModelFileError unless ``saved`` (a model file's ``part``: its model weights, engine state or posterior) has
+    the keys, tensor shapes and dtypes of ``expected`` (the same part of a model freshly built from the
+    parameters, classes and features the file records). A leading axis of size 0 in ``expected`` is a per-row
+    axis (sites of the training rows): any size, the same in every tensor (kept in ``rows["n"]``). A field that
+    is None in ``expected`` is set by the first update and is not checked."""
+    if isinstance(expected, dict):
+        if not isinstance(saved, dict):
+            raise ModelFileError(f"{path} does not match the model it records: {part} is {_describe(saved)}, "
+                                 "not a mapping; the file was not written by this sgpc's save")
+        missing = [k for k in expected if k not in saved]
+        extra = [k for k in saved if k not in expected]
+        if missing or extra:
+            what = "; ".join(x for x in (f"missing {missing}" if missing else "",
+                                         f"unexpected {extra}" if extra else "") if x)
+            raise ModelFileError(f"{path} does not match the model it records: {part} has other entries ({what})")
+        for k, v in expected.items():
+            check_structure(path, f"{part}/{k}", saved[k], v, rows)
+        return
+    if expected is None:
+        return
+    if isinstance(expected, torch.Tensor):
+        ok = isinstance(saved, torch.Tensor) and saved.dtype == expected.dtype and saved.ndim == expected.ndim
+        want = tuple(expected.shape)
+        if ok and expected.ndim and want[0] == 0:               # a per-row axis
+            n = rows.setdefault("n", saved.shape[0])
+            want = (n, *want[1:])
+        if not ok or tuple(saved.shape) != want:
+            shape = "(N, " + ", ".join(map(str, want[1:])) + ")" if expected.ndim and expected.shape[0] == 0 \
+                and "n" not in rows else str(want)
+            raise ModelFileError(f"{path} does not match the model it records: {part} is {_describe(saved)}, the "
+                                 f"model needs a {str(expected.dtype).replace('torch.', '')} tensor of shape {shape}")
+        return
+    number = (int, float, bool)
+    if isinstance(expected, number) and not isinstance(saved, number):
+        raise ModelFileError(f"{path} does not match the model it records: {part} is {_describe(saved)}, "
+                             f"the model needs a {type(expected).__name__}")
+
+
+def check_model_payload(path, payload: dict, model: nn.Module, fresh_state) -> None:
+    """``check_structure`` of a model file's weights, engine state, posterior and row keys against ``model`` and
+    ``fresh_state`` (an engine's ``init``), both built from the parameters, classes and features the file
+    records: the posterior is mean [L,M] and chol [L,M,M]; the row keys, one int64 per training row (as many
+    rows as the per-row sites, when the state has them)."""
+    rows: dict = {}
+    check_structure(path, "model", payload.get("model"), dict(model.state_dict()), rows)
+    check_structure(path, "state", payload.get("state"), state_to_dict(fresh_state), rows)
+    like = next(iter(model.state_dict().values()))
+    L, M = model.n_latent, model.n_inducing
+    check_structure(path, "posterior", payload.get("posterior"),
+                    {"mean": like.new_zeros(L, M), "chol": like.new_zeros(L, M, M)}, rows)
+    if "row_keys" in payload:
+        check_structure(path, "row_keys", payload["row_keys"], torch.zeros(0, dtype=torch.int64), rows)
 
 
 # -- engine state <-> plain dictionaries ------------------------------------------------------------

@@ -18,6 +18,7 @@ What it deliberately does not do: know the named data sets, their directory or t
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import itertools
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["DataNotFoundError", "Dataset", "load_file", "read_features", "read_feature_blocks", "CATEGORICAL_MODES",
+__all__ = ["DataNotFoundError", "NonNumericColumns", "Dataset", "load_file", "read_features", "read_feature_blocks", "CATEGORICAL_MODES",
            "MISSING_MODES", "FILE_FORMATS", "MISSING_TOKENS", "NUMERIC_MISSING_TOKENS", "ZERO_BASED_MODES"]
 
 CATEGORICAL_MODES = ("ordinal", "onehot")
@@ -229,9 +230,9 @@ def _feature_matrix(path, names: list[str], columns: list[np.ndarray], target, l
     parsed = [_parse_feature(n, c, False, locate, levels) for n, c in zip(names, columns)]
     text = [n for n, c in zip(names, parsed) if not isinstance(c, np.ndarray)]
     if text and levels is None:
-        raise ValueError(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
-                         "(if one of them is the label, pass target=<column>; for categorical columns "
-                         "pass the training data's levels)")
+        raise NonNumericColumns(f"{path}: columns {text[:5]} are not numeric; prediction needs numeric features "
+                                "(if one of them is the label, pass target=<column>; for categorical columns "
+                                "pass the training data's levels)", text)
     return _encode(names, parsed, categorical, len(columns[0]) if columns else 0)
 
 
@@ -245,11 +246,13 @@ class _Categorical:
 
 def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str], list[np.ndarray]]:
     """Header and stripped string columns of a CSV file (gzip'd when its name ends in .gz or .GZ)."""
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = [h.strip() for h in next(reader, [])]
-        rows = [row for row in itertools.islice(reader, max_rows) if row]
+    gz = path.name.lower().endswith(".gz")
+    opener = gzip.open if gz else open
+    with _as_csv_errors(path, gz):
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = [h.strip() for h in next(reader, [])]
+            rows = [row for row in itertools.islice(reader, max_rows) if row]
     if not header:
         raise ValueError(f"{path} is empty; a header row is required")
     if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
@@ -276,14 +279,47 @@ def _read_csv(path: pathlib.Path, max_rows: int | None = None) -> tuple[list[str
     return header, [np.char.strip(np.array(col, dtype=str)) for col in zip(*rows)]
 
 
+@contextlib.contextmanager
+def _as_csv_errors(path: pathlib.Path, gz: bool):
+    """A file that cannot be read as CSV text raises a ValueError naming it and the likely cause, in our words."""
+    try:
+        yield
+    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as exc:
+        raise ValueError(f"{path} is not a CSV file: {_not_csv_cause(exc, gz)}; sgpc reads CSV (UTF-8 text with a "
+                         "header row, optionally .gz), Parquet (.parquet) and LIBSVM (.libsvm, .svm) files, by "
+                         "their names") from None
+
+
+def _not_csv_cause(exc: Exception, gz: bool) -> str:
+    """The likely cause of a failure to read a file as CSV text, in our words."""
+    if isinstance(exc, gzip.BadGzipFile):
+        return "its name ends in .gz but it is not gzip-compressed"
+    if isinstance(exc, EOFError):
+        return "the gzip stream ends early (truncated)"
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"byte {exc.start} is not UTF-8 text; it looks like a binary file (Parquet, NumPy, a saved model, "
+                "a spreadsheet, or a compressed file)" + (" after decompression" if gz else ""))
+    return "it holds NUL bytes; it looks like a binary file, or text in UTF-16 (save it as UTF-8)"
+
+
+class NonNumericColumns(ValueError):
+    """Columns of a file read for prediction are not numbers (``read_features``); ``columns`` names them, ``where``
+    (when known) the first such value and its row."""
+
+    def __init__(self, message: str, columns: list, where: str = ""):
+        super().__init__(message)
+        self.columns, self.where = columns, where
+
+
 def _csv_blocks(path: pathlib.Path, block_rows: int) -> tuple[list[str], Iterator[tuple[int, list[np.ndarray]]]]:
     """The header of a CSV file (checked as by `_read_csv`) and its stripped string columns ``block_rows`` rows
     at a time, each block with the index of its first row; at least one block."""
     header, _ = _read_csv(path, max_rows=0)
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    gz = path.name.lower().endswith(".gz")
+    opener = gzip.open if gz else open
 
     def blocks():
-        with opener(path, "rt", newline="", encoding="utf-8-sig") as f:
+        with _as_csv_errors(path, gz), opener(path, "rt", newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
             next(reader, None)
             start = 0
@@ -336,8 +372,9 @@ def _parse_feature(
         return numbers
     if levels is not None:
         i = int(np.argmax(~np.isin(values, MISSING_TOKENS) & ~_parses_as_number(values)))
-        raise ValueError(f"column {name!r} is not numeric (the value {str(values[i])!r} at {locate(i)}) "
-                         "and was not a categorical column of the training data")
+        raise NonNumericColumns(f"column {name!r} is not numeric (the value {str(values[i])!r} at {locate(i)}) "
+                                "and was not a categorical column of the training data", [name],
+                                f"the value {str(values[i])!r} at {locate(i)}")
     if missing.any() and not missing_as_category:
         i = int(np.argmax(missing))
         raise ValueError(

@@ -18,6 +18,7 @@ from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
 __all__ = ["check_params", "check_options", "capable", "DTYPES", "check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
+           "check_predictions",
            "validated", "check_data_parallel_extractor"]
 
 
@@ -107,14 +108,47 @@ def check_device(device) -> None:
         raise ValueError(f"device {device!r} needs CUDA, which this torch build or machine does not have; use 'cpu'")
 
 
-def check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_row: int = 0) -> None:
-    """ValueError naming the rows (numbered from ``first_row``: a streamed block's offset) with NaN/inf."""
-    bad = ~np.isfinite(X).all(axis=1)
+def _rows(bad: np.ndarray, first_row: int) -> tuple[int, str]:
+    """How many rows a boolean mask marks, and the first five of them numbered from ``first_row``."""
+    rows = np.flatnonzero(bad) + first_row
+    return len(rows), ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+
+
+def check_finite(X: np.ndarray, name: str = "X", when: str = "fitting", first_row: int = 0,
+                 dtype: torch.dtype | None = None) -> None:
+    """ValueError naming the rows (numbered from ``first_row``: a streamed block's offset) with NaN/inf, or,
+    for a model of a narrower ``dtype`` (float32), with values that dtype cannot hold (they would become inf
+    when the rows are cast)."""
+    block = 1 << 16                     # rows at a time: the temporaries stay small whatever N
+    bad = np.concatenate([~np.isfinite(X[a:a + block]).all(axis=1) for a in range(0, len(X), block)] or [[]])
     if bad.any():
-        rows = np.flatnonzero(bad) + first_row
-        shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
-        raise ValueError(f"{name} contains NaN or infinity in {len(rows)} row(s), first: {shown}; "
+        n, shown = _rows(bad, first_row)
+        raise ValueError(f"{name} contains NaN or infinity in {n} row(s), first: {shown}; "
                          f"impute or drop them before {when}")
+    if dtype is not None and dtype != torch.float64 and X.size:
+        big = torch.finfo(dtype).max
+        bad = np.concatenate([(np.abs(X[a:a + block]) > big).any(axis=1) for a in range(0, len(X), block)])
+        if bad.any():
+            n, shown = _rows(bad, first_row)
+            raise ValueError(f"{name} has values beyond {str(dtype).replace('torch.', '')}'s range (|x| > {big:.3g}) "
+                             f"in {n} row(s), first: {shown}; rescale the features, or use dtype='float64'")
+
+
+def check_predictions(X: torch.Tensor, outputs: tuple[torch.Tensor, ...], dtype: torch.dtype,
+                      first_row: int = 0) -> None:
+    """ValueError naming the rows of X [N,D] whose predictions ``outputs`` ([N,C] each) hold NaN or +inf: rows
+    that are finite but too large for the model to evaluate in ``dtype`` (a linear kernel's x·x overflows beyond
+    |x|/ℓ ≈ 1e154 in float64), so that no NaN ever reaches a probability or a predicted label."""
+    bad = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
+    for out in outputs:
+        bad |= (torch.isnan(out) | (out == torch.inf)).any(-1)
+    if bool(bad.any()):
+        mask = bad.cpu().numpy()
+        n, shown = _rows(mask, first_row)
+        largest = float(X[bad].abs().max())
+        raise ValueError(f"X has {n} row(s) too large for this model to evaluate in {str(dtype).replace('torch.', '')}, "
+                         f"first: {shown} (largest |x| = {largest:.3g}; their kernel values overflow); rescale the "
+                         "features as they were for fitting, or drop those rows")
 
 
 def _non_numeric_columns(X) -> list:
@@ -153,7 +187,8 @@ def validated(estimator, X, y=None, *, reset: bool, name: str = "X", when: str |
             raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
         raise
-    check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"))
+    check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"),
+                 dtype=DTYPES.get(getattr(estimator, "dtype", "float64")))
     return out
 
 
