@@ -124,10 +124,10 @@ def test_early_stopping_monitors_held_out_rows(iris):
 @pytest.mark.parametrize("params,match", [
     ({"tol": -1.0}, "tol must be"), ({"n_iter_no_change": 0}, "n_iter_no_change must be a positive integer"),
     ({"validation_fraction": 1.0}, "validation_fraction must be"), ({"early_stopping": "yes"}, "early_stopping"),
-    ({"method_params": {"natgrad_lr": 0.0}}, "natgrad_lr must be"),
+    ({"method": "vi", "method_params": {"natgrad_lr": 0.0}}, "natgrad_lr must be"),
     ({"method": "ep", "method_params": {"natgrad_lr": 0.1}},
      "unknown method_params key 'natgrad_lr' for method='ep'; valid: 'damping'"),
-    ({"method_params": {"natgrad_lr": 0.1}, "optimizer": "lbfgs"}, "natgrad_lr applies to"),
+    ({"method": "vi", "method_params": {"natgrad_lr": 0.1}, "optimizer": "lbfgs"}, "natgrad_lr applies to"),
 ])
 def test_stopping_and_natgrad_options_are_checked(iris, params, match):
     X, y = iris
@@ -137,7 +137,7 @@ def test_stopping_and_natgrad_options_are_checked(iris, params, match):
 
 def test_natural_gradients_fit_a_classifier_and_resume_exactly(iris, tmp_path):
     X, y = iris
-    kw = dict(n_inducing=8, method_params={"natgrad_lr": 0.2}, max_iter=20, tol=None, random_state=0)
+    kw = dict(method="vi", n_inducing=8, method_params={"natgrad_lr": 0.2}, max_iter=20, tol=None, random_state=0)
     full = GPClassifier(**kw).fit(X, y)
     assert np.isfinite(full.history_["objective"]).all()
     assert full.history_["objective"][-1] > full.history_["objective"][0]

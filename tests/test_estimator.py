@@ -123,7 +123,7 @@ def test_numpy_scalars_paths_and_devices_in_parameters_save(iris, tmp_path):
     # init_lengthscale as np.float32 were refused), and a model file holds them as plain numbers
     GPClassifier(**{**FAST, "max_iter": 2},
                  kernel_params=dict(init_variance=np.int64(2), init_lengthscale=np.float32(1.0))).fit(X, y)
-    numpy_options = GPClassifier(**{**FAST, "max_iter": 2}, likelihood="probit",
+    numpy_options = GPClassifier(**{**FAST, "max_iter": 2}, method="vi", likelihood="probit",
                                  likelihood_params=dict(noise_variance=np.int64(1), delta=np.float32(0.01))).fit(X, y)
     numpy_options.save(tmp_path / "np.pt")
     saved = GPClassifier.load(tmp_path / "np.pt").likelihood_params
@@ -557,3 +557,22 @@ def test_compile_options_are_checked(iris):
         GPClassifier(compile="default", **FAST).fit(X, y)
     with pytest.raises(ValueError, match="compile needs optimizer='adam'"):
         TrainSettings(optimizer="lbfgs", compile="default")
+
+
+def test_defaults_are_the_ones_the_suite_chose(iris):
+    # docs/suite.md: method "ep" with fixed k-means inducing inputs, Adam at 0.05, M = N // 8 within [30, 100]
+    from sgpc import fitting
+    X, y = iris
+    est = GPClassifier(max_iter=2, tol=None, random_state=0).fit(X, y)
+    p = fitting.settings(est)
+    assert est.method == "ep" and p["learning_rate"] == 0.05 and p["inducing_params"]["learn"] is False
+    assert est.model_.n_inducing == 30 and not est.model_.Z.requires_grad          # 150 // 8 < 30
+    assert [fitting.inducing_count({"n_inducing": "auto"}, n, 1) for n in (10, 100, 400, 799, 5000)] == \
+        [10, 30, 50, 99, 100]
+    # the method's defaults, not ep's, for another method; what is given explicitly wins
+    vi = fitting.settings(GPClassifier(method="vi"))
+    assert vi["learning_rate"] == 0.01 and vi["inducing_params"]["learn"] is True
+    given = fitting.settings(GPClassifier(learning_rate=0.02, inducing_params={"learn": True}))
+    assert given["learning_rate"] == 0.02 and given["inducing_params"]["learn"] is True
+    with pytest.raises(ValueError, match="n_inducing must be a positive integer or 'auto'"):
+        GPClassifier(n_inducing="many").fit(X, y)

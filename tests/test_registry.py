@@ -158,7 +158,7 @@ def test_likelihood_and_kernel_names_build(iris):
     for name in LIKELIHOODS:
         if name == "hinge":                              # bsvm's own, not a likelihood= choice
             continue
-        GPClassifier(likelihood=name, n_inducing=4, max_iter=1, random_state=0).fit(X, y)
+        GPClassifier(method="vi", likelihood=name, n_inducing=4, max_iter=1, random_state=0).fit(X, y)
     for name in KERNELS:
         GPClassifier(kernel=name, n_inducing=4, max_iter=1, random_state=0).fit(X, y)
 
@@ -246,7 +246,7 @@ def test_resolve_merges_the_dicts_over_the_declared_defaults():
     (dict(method="vi", method_params={"alpha": 0.3}), r"unknown method_params key 'alpha' for method='vi'; valid: "
                                                       r"'natgrad_lr'"),
     (dict(method="sep", method_params={"sep_log_z": "exact"}), r"unknown sep_log_z 'exact'; valid: 'local', 'tied'"),
-    (dict(likelihood="softmax", likelihood_params={"epsilon": 0.1}),
+    (dict(method="vi", likelihood="softmax", likelihood_params={"epsilon": 0.1}),
      r"unknown likelihood_params key 'epsilon' for likelihood='softmax'; valid: 'n_samples_predict', 'softmax_predict'"),
     (dict(likelihood_params={"epsilon": 1.5}), r"epsilon must be a finite number in \(0, 1\)"),
     (dict(kernel_params="rbf"), "kernel_params must be a dict of options or None, got str"),
@@ -340,8 +340,8 @@ def _object_cases():
          dict(kernel="matern52+rbf", kernel_params={"init_lengthscale": 1.5}), False),
         (dict(likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
          dict(likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
-        (dict(likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(likelihood="probit"), False),
-        (dict(likelihood=Softmax(3)), dict(likelihood="softmax"), False),
+        (dict(method="vi", likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(method="vi", likelihood="probit"), False),
+        (dict(method="vi", likelihood=Softmax(3)), dict(method="vi", likelihood="softmax"), False),
         (dict(method="ep", likelihood=BinaryAdditiveGaussian(2.897, 0.01, learn_delta=False)),
          dict(method="ep", likelihood="logit", likelihood_params={"delta": 0.01, "learn_delta": False}), True),
         (dict(method="pep", likelihood=RobustMax(2), kernel=K.Linear(4, 2, lengthscale=3.0, noise=None)),

@@ -88,13 +88,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             standard deviation of each feature, floored so that no single feature isolates a row
             (``initialization.initial_lengthscales``). init_variance (1.0): initial kernel amplitude σ².
             shared_kernel (False): one set of kernel hyper-parameters for all latent functions.
-        n_inducing: M, inducing points per latent function (clamped to the number of rows).
+        n_inducing: M, inducing points per latent function (clamped to the number of rows); "auto": one per 8
+            training rows, at least 30 and at most 100 (``fitting.AUTO_INDUCING``; docs/suite.md).
         inducing_params: the inducing inputs' options (None: all defaults; ``registry.INDUCING_OPTIONS``):
-            init ("kmeans"): "kmeans" or "random" (a random subset of training rows); learn (True): optimise
+            init ("kmeans"): "kmeans" or "random" (a random subset of training rows); learn (the method's
+            default, ``registry.Method.learn_inducing``: False for "ep", True for the others): optimise
             them; shared (False): one set for all latent functions (else one per latent, as in the papers).
         optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter rates ×1.02
             while a gradient keeps its sign, ×0.5 when it flips; unbounded, so meant for the papers' few hundred
-            steps). learning_rate: step size.
+            steps). learning_rate: step size; None: the method's default (``registry.Method.learning_rate``: 0.05
+            for "ep", 0.01 for the others).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
@@ -132,10 +135,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
 
-    def __init__(self, method: str = "vi", likelihood="robustmax", kernel="rbf",
+    def __init__(self, method: str = "ep", likelihood="robustmax", kernel="rbf",
                  method_params: dict | None = None, likelihood_params: dict | None = None,
-                 kernel_params: dict | None = None, n_inducing: int = 100, inducing_params: dict | None = None,
-                 optimizer: str = "adam", optimizer_params: dict | None = None, learning_rate: float = 0.01,
+                 kernel_params: dict | None = None, n_inducing: int | str = "auto", inducing_params: dict | None = None,
+                 optimizer: str = "adam", optimizer_params: dict | None = None, learning_rate: float | None = None,
                  max_iter: int = 500, n_epochs: int | None = None, batch_size: int | None = None, random_state=None,
                  dtype: str = "float64", device: str = "cpu", verbose: int = 0,
                  feature_extractor: torch.nn.Module | None = None, warm_start: bool = False,

@@ -85,6 +85,8 @@ class Method:
         outlier_model: the engine gives each training label's outlier probability (``outlier_proba``).
         caps: what the method can do, where it is less than its engine can (bsvm does not stream).
         paper, summary: where it comes from and what it is, for the docs' method table and ``--help``.
+        learning_rate, learn_inducing: the method's defaults for ``learning_rate=None`` and for
+            ``inducing_params["learn"]`` (chosen by the real-data suite, docs/suite.md, where it measured them).
     """
 
     engine: type[Engine]
@@ -99,6 +101,8 @@ class Method:
     full_gp_at_n: bool = False
     outlier_model: bool = False
     caps: Capabilities | None = None
+    learning_rate: float = 0.01
+    learn_inducing: bool = True
 
     @property
     def capabilities(self) -> Capabilities:
@@ -115,7 +119,7 @@ METHODS: dict[str, Method] = {
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
-                 binary_likelihoods=_EP_BINARY),
+                 binary_likelihoods=_EP_BINARY, learning_rate=0.05, learn_inducing=False),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
@@ -367,7 +371,7 @@ OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: METHODS[p["method"]].options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
     "kernel_params": lambda p: KERNEL_OPTIONS,
-    "inducing_params": lambda p: INDUCING_OPTIONS,
+    "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": METHODS[p["method"]].learn_inducing},
     "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
 
@@ -376,8 +380,10 @@ def resolve(params: dict) -> dict:
     """The estimator's parameters with each group of options (``OPTION_GROUPS``: ``method_params``, ...,
     ``optimizer_params``) resolved: the options that the chosen method, likelihood, kernel, inducing inputs and
     optimizer take, their defaults updated by the dict given (None: all defaults). Keys they do not take are not checked here (``validation.check_params`` does)."""
+    rate = params.get("learning_rate")
     return {**params, **{group: {**declared(params), **(params[group] or {})}
-                         for group, declared in OPTION_GROUPS.items()}}
+                         for group, declared in OPTION_GROUPS.items()},
+            "learning_rate": METHODS[params["method"]].learning_rate if rate is None else rate}
 
 
 def method_table() -> str:

@@ -307,7 +307,7 @@ def check_params(est) -> dict:
                          "likelihood_params['learn_epsilon'] False")
     check_device(est.device)
     check_flag("warm_start", est.warm_start)
-    check_real("learning_rate", est.learning_rate, low=0.0)
+    check_real("learning_rate", est.learning_rate, low=0.0, none="the method's default")
     check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
     if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
                                                                             (int, np.integer)) \
@@ -320,9 +320,10 @@ def check_params(est) -> dict:
         raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
                          f"({', '.join(map(repr, capable('free_gaussian')))}) with optimizer='adam' or "
                          f"'adaptive'; got method={est.method!r}, optimizer={est.optimizer!r}")
-    if not (isinstance(est.n_inducing, (int, np.integer)) and not isinstance(est.n_inducing, (bool, np.bool_))
+    if not (isinstance(est.n_inducing, str) and est.n_inducing == "auto") and \
+            not (isinstance(est.n_inducing, (int, np.integer)) and not isinstance(est.n_inducing, (bool, np.bool_))
             and est.n_inducing >= 1):
-        raise ValueError(f"n_inducing must be a positive integer, got {est.n_inducing!r}")
+        raise ValueError(f"n_inducing must be a positive integer or 'auto', got {est.n_inducing!r}")
     if est.feature_extractor is not None and not isinstance(est.feature_extractor, torch.nn.Module):
         raise ValueError(f"feature_extractor must be a torch.nn.Module or None, got {type(est.feature_extractor).__name__}")
     if est.feature_extractor is not None and not caps.free_gaussian:
