@@ -92,6 +92,11 @@ def _target(value: str) -> str | int:
         return value
 
 
+def _inducing(value: str) -> int | str:
+    """--n-inducing: a positive integer, or "auto" (``GPClassifier``'s rule from the number of rows)."""
+    return "auto" if value.lower() == "auto" else int(value)
+
+
 def _tol(value: str) -> float | None:
     """--tol: a number, or "none" (run to the ceiling)."""
     return None if value.lower() == "none" else float(value)
@@ -132,15 +137,16 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--likelihood", "likelihood", "likelihood (default: %(default)s; bsvm uses its own hinge)",
            dict(choices=USER_LIKELIHOODS)),
     Option("--kernel", "kernel", "kernel (default: %(default)s)", dict(choices=tuple(KERNELS))),
-    Option("--n-inducing", "n_inducing", "inducing points per latent function (default: %(default)s)",
-           dict(type=int, metavar="M")),
+    Option("--n-inducing", "n_inducing", "inducing points per latent function, or 'auto': one per 8 rows, "
+           "between 30 and 100 (default: %(default)s)", dict(type=_inducing, metavar="M")),
     Option("--max-iter", "max_iter", "optimiser steps, a ceiling: the fit stops once it has converged, see --tol "
            "(default: %(default)s)", dict(type=int, metavar="N")),
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size (default: full batch)", dict(type=int, metavar="B")),
     Option("--optimizer", "optimizer", "(default: %(default)s)", dict(choices=OPTIMIZERS)),
-    Option("--learning-rate", "learning_rate", "optimiser step size (default: %(default)s)",
+    Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep and "
+           "0.01 for the others)",
            dict(type=float, metavar="LR")),
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),
