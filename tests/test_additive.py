@@ -368,7 +368,7 @@ def blobs(C_, N=150, seed=0):
 @pytest.mark.parametrize("lik", ["step", "probit", "logit", "softmax"])
 def test_estimator_fits_binary_and_multiclass(C_, lik, capsys):
     X, y = blobs(C_)
-    est = GPClassifier(likelihood=lik, n_inducing=10, max_iter=150, learning_rate=0.05, batch_size=64,
+    est = GPClassifier(method="vi", likelihood=lik, n_inducing=10, max_iter=150, learning_rate=0.05, batch_size=64,
                        random_state=0, verbose=1).fit(X, y)
     out = capsys.readouterr().out
     assert est.model_.n_latent == (1 if C_ == 2 else C_)
@@ -381,12 +381,13 @@ def test_estimator_fits_binary_and_multiclass(C_, lik, capsys):
 
 def test_estimator_noise_variance_and_fixed_delta():
     X, y = blobs(2)
-    est = GPClassifier(likelihood="probit", likelihood_params=dict(noise_variance=0.0, learn_delta=False, delta=0.01),
-                       n_inducing=8,
-                       max_iter=40, random_state=0).fit(X, y)
+    est = GPClassifier(method="vi", likelihood="probit",
+                       likelihood_params=dict(noise_variance=0.0, learn_delta=False, delta=0.01),
+                       n_inducing=8, max_iter=40, random_state=0).fit(X, y)
     assert est.model_.likelihood.noise_variance == 0.0
     assert float(est.model_.likelihood.delta) == pytest.approx(0.01)
-    est2 = GPClassifier(likelihood="step", likelihood_params={"delta": 0.01}, n_inducing=8, max_iter=40, random_state=0).fit(X, y)
+    est2 = GPClassifier(method="vi", likelihood="step", likelihood_params={"delta": 0.01}, n_inducing=8, max_iter=40,
+                        random_state=0).fit(X, y)
     assert float(est2.model_.likelihood.delta.detach()) != pytest.approx(0.01)     # δ learned by default
 
 
@@ -407,7 +408,7 @@ def test_estimator_noise_variance_and_fixed_delta():
 def test_estimator_rejects_bad_combinations(kw, match):
     X, y = blobs(3, N=30)
     with pytest.raises(ValueError, match=match):
-        GPClassifier(n_inducing=5, max_iter=2, **kw).fit(X, y)
+        GPClassifier(**{"method": "vi", "n_inducing": 5, "max_iter": 2, **kw}).fit(X, y)
 
 
 def test_estimator_robustmax_binary_keeps_two_latent_functions():
@@ -420,7 +421,7 @@ def test_estimator_robustmax_binary_keeps_two_latent_functions():
                                               (3, "step", "rbf"), (2, "softmax", "rbf")])
 def test_estimator_save_load(tmp_path, C_, lik, kernel):
     X, y = blobs(C_, N=60)
-    est = GPClassifier(likelihood=lik, kernel=kernel, n_inducing=6, max_iter=30, random_state=0,
+    est = GPClassifier(method="vi", likelihood=lik, kernel=kernel, n_inducing=6, max_iter=30, random_state=0,
                        kernel_params=dict(init_lengthscale=0.3, init_variance=5.0),
                        likelihood_params=dict(noise_variance=None) if lik != "softmax" else None).fit(X, y)
     path = tmp_path / "m.pt"
@@ -432,7 +433,7 @@ def test_estimator_save_load(tmp_path, C_, lik, kernel):
 
 def test_estimator_initial_kernel_values():
     X, y = blobs(3, N=40)
-    est = GPClassifier(likelihood="probit", kernel="matern52+rbf", n_inducing=5, max_iter=0,
+    est = GPClassifier(method="vi", likelihood="probit", kernel="matern52+rbf", n_inducing=5, max_iter=0,
                        kernel_params=dict(init_lengthscale=0.2, init_variance=5.0), random_state=0).fit(X, y)
     k = est.model_.kernel
     torch.testing.assert_close(k.first.lengthscale, torch.full((3, 2), 0.2))

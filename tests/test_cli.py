@@ -355,7 +355,7 @@ def test_numeric_model_evaluated_on_text_labels_warnings_in_one_line_and_nproc_c
     assert "labels ['7'] are not among the model's classes" in capsys.readouterr().err
     assert cli.main(["fit", str(path), "-o", str(tmp_path / "p.pt"), "--nproc", "2", "--learning-rate", "-1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["sgpc fit: error: learning_rate must be a finite number "
-                                                             "in (0, ∞), got -1.0"]
+                                                             "in (0, ∞) or None (the method's default), got -1.0"]
 
 
 # -- the options table, the real entry point, fit --json, streamed predict, models saved from Python -------------

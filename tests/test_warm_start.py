@@ -111,7 +111,7 @@ def test_apep_and_sep_warm_refit_continue():
 
 def test_warm_start_needs_the_same_classes():
     X, y = _blobs()
-    est = GPClassifier(method="ep", n_inducing=8, max_iter=20, random_state=0).fit(X, y)
+    est = GPClassifier(method="ep", n_inducing=8, max_iter=20, random_state=0, inducing_params={"learn": True}).fit(X, y)
     Z = est.model_.Z.detach().clone()
     est.set_params(warm_start=True, max_iter=0).fit(X, np.array(["a", "b", "c"])[y])   # other class labels
     assert not torch.allclose(est.model_.Z, Z, atol=1e-3)                 # a cold start: Z from k-means again
@@ -163,10 +163,10 @@ def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change
     # weights, probabilities off by 0.29), made unloadable files (latent noise, sharing), crashed (dtype) or
     # silently kept Z / ε fixed or learnable as before
     X, y = _blobs()
-    est = GPClassifier(n_inducing=8, max_iter=10, random_state=0, warm_start=True, learning_rate=0.05).fit(X, y)
+    est = GPClassifier(method="vi", n_inducing=8, max_iter=10, random_state=0, warm_start=True, learning_rate=0.05).fit(X, y)
     est.set_params(**change).fit(X, y)
     assert not est.warm_started_
-    fresh = GPClassifier(n_inducing=8, max_iter=10, random_state=0, learning_rate=0.05, **change).fit(X, y)
+    fresh = GPClassifier(method="vi", n_inducing=8, max_iter=10, random_state=0, learning_rate=0.05, **change).fit(X, y)
     np.testing.assert_allclose(est.predict_proba(X), fresh.predict_proba(X), rtol=0, atol=1e-12)
     est.save(tmp_path / "m.pt")
     loaded = GPClassifier.load(tmp_path / "m.pt")

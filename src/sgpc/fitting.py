@@ -208,7 +208,8 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     if likelihood_key(p["likelihood"]) not in method.likelihoods and len(classes) != 2:   # a binary-only likelihood
         raise ValueError(f"method={p['method']!r} with likelihood={p['likelihood']!r} is the binary model (one "
                          f"latent function, probit sites); y has {len(classes)} classes: use "
-                         "likelihood='robustmax' for more than 2")
+                         "likelihood='robustmax' for more than 2, or method='vi' for this likelihood's multi-class "
+                         "model")
     rng = check_random_state(p["random_state"])
     seed = int(rng.randint(0, 2 ** 31 - 1))
     generator = torch.Generator().manual_seed(seed)

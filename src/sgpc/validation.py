@@ -356,4 +356,5 @@ def _check_likelihood_choice(est) -> None:
         ep_binary = tuple(m for m, e in METHODS.items() if key in e.binary_likelihoods)
         raise ValueError(f"likelihood={est.likelihood!r} works with method='vi'"
                          f"{' and, for 2 classes, ' + '/'.join(ep_binary) if ep_binary else ''}; "
-                         f"got method={est.method!r} (EP-family methods use likelihood='robustmax')")
+                         f"got method={est.method!r} (EP-family methods use likelihood='robustmax'): pass "
+                         "method='vi' with it")
