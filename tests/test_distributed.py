@@ -113,6 +113,7 @@ def _stop_on_time(comm):
     return len(history.iteration)
 
 
+@pytest.mark.slow
 def test_max_time_stops_every_rank_at_the_same_step():
     # before, rank 1 left the loop alone and rank 0 waited in the next all-reduce (until gloo's timeout)
     steps = distributed.launch(_stop_on_time, 2)

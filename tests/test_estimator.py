@@ -268,6 +268,7 @@ def test_ep_methods_fit_and_predict(iris, method, opt):
     assert all(e["iteration"] <= 20 for e in events), events
 
 
+@pytest.mark.slow
 def test_wine_end_to_end():
     # Issue 2's acceptance test: VI on wine (178 x 13, 3 classes) with 90/10 splits reaches
     # test error <= 5% and NLL <= 0.15, averaged over 5 random splits.
@@ -318,6 +319,7 @@ def test_initial_lengthscales_scale_with_the_spread_but_no_feature_isolates_a_ro
     np.testing.assert_allclose(initial_lengthscales(Z, Z.std(0)), np.sqrt(2))  # standardised: unchanged
 
 
+@pytest.mark.slow
 def test_raw_pixel_inputs_fit_without_standardisation():
     # digits in [0, 1]: with ℓ_d ∝ each pixel's spread the rarely-lit pixels put most images far from every
     # inducing point and the fit stayed at the prior (90% test error); the median floor fixes the start

@@ -41,6 +41,7 @@ def test_samples_match_the_exact_gaussian_posterior():
     assert 1.0 <= info["proposals_per_iteration"] < 10.0
 
 
+@pytest.mark.slow
 def test_a_gaussian_reference_changes_the_moves_not_the_target():
     # generalised elliptical slice: with the exact posterior as reference the rest of the target is
     # constant and every first proposal is accepted; with a reference off in mean and scale the samples
