@@ -499,3 +499,16 @@ def test_predict_streams_blocks_and_numbers_bad_rows_in_the_file(file_model, tmp
     # the estimator numbers rows within the block it was given: renumbered in the file
     assert cli._renumbered("X has 2 row(s) too large ..., first: 0, 5 (largest", 14) == \
         "X has 2 row(s) too large ..., first: 14, 19 (largest"
+
+
+def test_fit_says_when_the_model_stayed_at_the_prior(tmp_path, capsys):
+    # a length-scale far below the features' spread leaves every prediction at the prior: the summary line and
+    # --json say so (diagnostics), besides the DegenerateFitWarning on stderr
+    model = tmp_path / "m.pt"
+    assert cli.main(["fit", "iris", "-o", str(model), "--init-lengthscale", "1e-3", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "AT THE PRIOR" in out
+    assert cli.main(["fit", "iris", "-o", str(model), "--init-lengthscale", "1e-3", "--json", *TINY]) == 0
+    assert json.loads(capsys.readouterr().out)["at_prior"] is True
+    assert cli.main(["fit", "iris", "-o", str(model), *TINY]) == 0
+    assert "AT THE PRIOR" not in capsys.readouterr().out
