@@ -447,7 +447,10 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
     (dict(inducing_params={"init": "grid"}), r"unknown inducing_params\['init'\] 'grid'; valid: 'kmeans', 'random'"),
     (dict(inducing_params={"shared_inducing": True}),
      r"unknown inducing_params key 'shared_inducing' for the inducing inputs; valid: 'init', 'learn', 'shared'"),
-    (dict(optimizer_params={"decay": 0.9}), r"unknown optimizer_params key 'decay' for optimizer='adam'; valid: 'lr_decay'"),
+    (dict(optimizer_params={"decay": 0.9}), r"unknown optimizer_params key 'decay' for optimizer='rprop'; valid: 'lr_decay'"),
+    (dict(optimizer_params={"decay": 0.9}, batch_size=50),          # minibatches: the default optimizer is Adam
+     r"unknown optimizer_params key 'decay' for optimizer='adam'; valid: 'lr_decay'"),
+    (dict(kernel_params={"prior_scale": 0.0}), r"prior_scale must be a finite number"),
     (dict(kernel_params={"shared_kernel": "no"}), "shared_kernel must be True or False"),
     (dict(n_inducing=True), "n_inducing must be a positive integer"),
     (dict(kernel_params={"latent_noise": True}), r"latent_noise must be a finite number"),

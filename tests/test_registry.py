@@ -208,7 +208,8 @@ def test_guard_a_kernel_reads_every_kernel_option_and_no_other(kernel):
     params = resolve(GPClassifier(kernel=kernel).get_params(deep=False))
     params["kernel_params"] = _Recorder(KERNEL_OPTIONS)
     make_kernel(params, 2, 3, None, torch.float64)
-    assert params["kernel_params"].read == set(KERNEL_OPTIONS)
+    # prior_scale is the prior on these hyper-parameters, read when the fit builds it (fitting.hyperprior)
+    assert params["kernel_params"].read == set(KERNEL_OPTIONS) - {"prior_scale"}
 
 
 def test_guard_every_option_is_used_and_has_a_value_check():
@@ -226,7 +227,10 @@ def test_option_defaults_are_the_documented_ones():
     assert LIKELIHOOD_OPTIONS == {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
                                   "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
     assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
-                              "shared_kernel": False}
+                              "shared_kernel": False, "prior_scale": None}
+    # the methods' own defaults (docs/suite.md): ep full batch on Rprop with a log-normal prior of scale 2
+    assert {name: (m.optimizer, m.prior_scale) for name, m in METHODS.items() if (m.optimizer, m.prior_scale)
+            != ("adam", None)} == {"ep": ("rprop", 2.0)}
     assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
     assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 

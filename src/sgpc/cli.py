@@ -144,7 +144,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size (default: full batch)", dict(type=int, metavar="B")),
-    Option("--optimizer", "optimizer", "(default: %(default)s)", dict(choices=OPTIMIZERS)),
+    Option("--optimizer", "optimizer", "(default: the method's: rprop for a full-batch ep fit, adam otherwise)",
+           dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep and "
            "0.01 for the others)",
            dict(type=float, metavar="LR")),

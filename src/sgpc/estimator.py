@@ -87,17 +87,23 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             term. init_lengthscale (None): initial length-scale (a number, all dimensions); None = √D × the
             standard deviation of each feature, floored so that no single feature isolates a row
             (``initialization.initial_lengthscales``). init_variance (1.0): initial kernel amplitude σ².
-            shared_kernel (False): one set of kernel hyper-parameters for all latent functions.
+            shared_kernel (False): one set of kernel hyper-parameters for all latent functions. prior_scale (the
+            method's, ``registry.Method.prior_scale``: 2.0 for "ep", None for the others): s of a log-normal prior
+            on every length-scale and amplitude, centred on their initial values (``hyperprior``); the fit
+            maximises log Z + log p(ξ). None: no prior (ML-II, as in the papers).
         n_inducing: M, inducing points per latent function (clamped to the number of rows); "auto": one per 8
             training rows, at least 30 and at most 100 (``fitting.AUTO_INDUCING``; docs/suite.md).
         inducing_params: the inducing inputs' options (None: all defaults; ``registry.INDUCING_OPTIONS``):
             init ("kmeans"): "kmeans" or "random" (a random subset of training rows); learn (the method's
             default, ``registry.Method.learn_inducing``: False for "ep", True for the others): optimise
             them; shared (False): one set for all latent functions (else one per latent, as in the papers).
-        optimizer: "adam", "lbfgs" (full batch) or "adaptive" (the papers' batch rule: per-parameter rates ×1.02
-            while a gradient keeps its sign, ×0.5 when it flips; unbounded, so meant for the papers' few hundred
-            steps). learning_rate: step size; None: the method's default (``registry.Method.learning_rate``: 0.05
-            for "ep", 0.01 for the others).
+        optimizer: "adam", "lbfgs" (full batch), "rprop" (full batch: torch's Rprop, a step of its own size per
+            parameter along the gradient's sign, ×1.2 while the sign holds, ×0.5 when it flips, at most 1) or
+            "adaptive" (the papers' batch rule: per-parameter rates ×1.02 while a gradient keeps its sign, ×0.5
+            when it flips; unbounded, so meant for the papers' few hundred steps). None: the method's
+            (``registry.Method.optimizer``: "rprop" for a full-batch "ep" fit; "adam" for the others and for
+            minibatches). learning_rate: step size (Rprop: the initial one); None: the method's default
+            (``registry.Method.learning_rate``: 0.05 for "ep", 0.01 for the others).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
@@ -138,7 +144,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, method: str = "ep", likelihood="robustmax", kernel="rbf",
                  method_params: dict | None = None, likelihood_params: dict | None = None,
                  kernel_params: dict | None = None, n_inducing: int | str = "auto", inducing_params: dict | None = None,
-                 optimizer: str = "adam", optimizer_params: dict | None = None, learning_rate: float | None = None,
+                 optimizer: str | None = None, optimizer_params: dict | None = None, learning_rate: float | None = None,
                  max_iter: int = 500, n_epochs: int | None = None, batch_size: int | None = None, random_state=None,
                  dtype: str = "float64", device: str = "cpu", verbose: int = 0,
                  feature_extractor: torch.nn.Module | None = None, warm_start: bool = False,

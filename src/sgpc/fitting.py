@@ -24,6 +24,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
 from . import diagnostics, stream
+from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import check_model_payload, load_state
 from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
@@ -249,7 +250,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
               f"{'; binary form' if est.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
     est.state_, history = fit_loop(est.model_, engine, state, Xt, yt, loop, generator=generator,
                                    validate=validate, resume=resume, comm=comm,
-                                   monitor=None if monitor is None else monitor(engine))
+                                   monitor=None if monitor is None else monitor(engine), prior=hyperprior(p, est.model_))
     # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
     est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
     record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
@@ -257,6 +258,14 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     if keys is not None:
         est._row_keys_ = keys
     return est
+
+
+def hyperprior(p: dict, model) -> LogNormalPrior | None:
+    """The prior on the kernel's hyper-parameters (``kernel_params["prior_scale"]``), centred on the values the
+    fit starts from: the initial ones, or a warm start's carried ones (a resumed fit's model is the one its
+    first part started from, so it gets the same prior)."""
+    scale = p["kernel_params"]["prior_scale"]
+    return None if scale is None else LogNormalPrior.around(model.kernel, scale)
 
 
 def held_out(p: dict, X: np.ndarray, y_enc: np.ndarray, seed: int):
@@ -359,7 +368,8 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
     if p["verbose"]:
         print(f"sgpc: {p['method']} streamed, {len(est.classes_)} classes, N={N}, D={D}, M={M}")
     est.state_, history = fit_loop(est.model_, engine, state, stream.LabelEncoded(source, est.classes_), None,
-                                   loop, generator=generator, validate=validate, resume=resume, comm=comm)
+                                   loop, generator=generator, validate=validate, resume=resume, comm=comm,
+                                   prior=hyperprior(p, est.model_))
     finish(est, p, engine, history, warm, full_gp=False, X_check=as_tensor(p, st.X_sample))
     est._row_keys_ = None                      # what an earlier in-memory fit left describes other rows
     est.__dict__.pop("feature_names_in_", None)

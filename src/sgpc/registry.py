@@ -48,7 +48,7 @@ METHOD_OPTIONS: dict[str, object] = {"alpha": 0.5, "damping": 0.5, "sep_log_z": 
 LIKELIHOOD_OPTIONS: dict[str, object] = {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
                                          "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
 KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
-                                     "shared_kernel": False}
+                                     "shared_kernel": False, "prior_scale": None}
 # the keys of inducing_params (how the inducing inputs Z start and whether they move; every method) and of
 # optimizer_params (every optimizer; lr_decay applies to "adam" only, ``train.TrainSettings``)
 INDUCING_OPTIONS: dict[str, object] = {"init": "kmeans", "learn": True, "shared": False}
@@ -85,8 +85,10 @@ class Method:
         outlier_model: the engine gives each training label's outlier probability (``outlier_proba``).
         caps: what the method can do, where it is less than its engine can (bsvm does not stream).
         paper, summary: where it comes from and what it is, for the docs' method table and ``--help``.
-        learning_rate, learn_inducing: the method's defaults for ``learning_rate=None`` and for
-            ``inducing_params["learn"]`` (chosen by the real-data suite, docs/suite.md, where it measured them).
+        learning_rate, learn_inducing, optimizer, prior_scale: the method's defaults for ``learning_rate=None``,
+            ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam") and
+            ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) — chosen by the real-data
+            suite, docs/suite.md, where it measured them.
     """
 
     engine: type[Engine]
@@ -103,6 +105,8 @@ class Method:
     caps: Capabilities | None = None
     learning_rate: float = 0.01
     learn_inducing: bool = True
+    optimizer: str = "adam"
+    prior_scale: float | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -119,7 +123,8 @@ METHODS: dict[str, Method] = {
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
-                 binary_likelihoods=_EP_BINARY, learning_rate=0.05, learn_inducing=False),
+                 binary_likelihoods=_EP_BINARY, learning_rate=0.05, learn_inducing=False, optimizer="rprop",
+                 prior_scale=2.0),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
@@ -370,7 +375,7 @@ def describe(value) -> object:
 OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: METHODS[p["method"]].options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
-    "kernel_params": lambda p: KERNEL_OPTIONS,
+    "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": METHODS[p["method"]].prior_scale},
     "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": METHODS[p["method"]].learn_inducing},
     "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
@@ -383,7 +388,17 @@ def resolve(params: dict) -> dict:
     rate = params.get("learning_rate")
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()},
-            "learning_rate": METHODS[params["method"]].learning_rate if rate is None else rate}
+            "learning_rate": METHODS[params["method"]].learning_rate if rate is None else rate,
+            "optimizer": optimizer_of(params)}
+
+
+def optimizer_of(params: dict) -> str:
+    """The optimizer a fit with these estimator parameters uses: ``optimizer``, or for None the method's
+    (``Method.optimizer``) in a full-batch fit and "adam" with minibatches (sign-based Rprop needs exact
+    gradients)."""
+    if params.get("optimizer") is not None:
+        return params["optimizer"]
+    return METHODS[params["method"]].optimizer if params.get("batch_size") is None else "adam"
 
 
 def method_table() -> str:

@@ -40,11 +40,15 @@ from torch import nn
 
 from .engine import Engine, write_constants
 from .gaussian import NotPositiveDefiniteError
+from .hyperprior import LogNormalPrior
 from .persist import CheckpointError, load_checkpoint, load_state, save_checkpoint, state_to_dict
 
 __all__ = ["TrainSettings", "History", "Convergence", "SignAdaptive", "fit", "refresh", "record_engine_events"]
 
-OPTIMIZERS = ("adam", "lbfgs", "adaptive")
+OPTIMIZERS = ("adam", "lbfgs", "adaptive", "rprop")
+# Rprop's step-size factors (shrink at a sign flip, grow while the sign holds) and the bounds of a step: torch's
+# defaults, except the largest step, 1 (softplus-constrained parameters: a step of 1 is a factor ~e in a length-scale)
+RPROP_ETAS, RPROP_STEP_SIZES = (0.5, 1.2), (1e-6, 1.0)
 COMPILE_MODES = (None, "default", "reduce-overhead")
 
 
@@ -85,9 +89,11 @@ class TrainSettings:
     """How to run the fit loop.
 
     Attributes:
-        optimizer: "adam", "lbfgs" (full batch only) or "adaptive" (sign-adapted per-parameter
-            rates, the papers' batch rule; see ``SignAdaptive``).
-        learning_rate: Adam step size (L-BFGS: initial step, 1.0 recommended).
+        optimizer: "adam", "lbfgs" (full batch only), "adaptive" (sign-adapted per-parameter
+            rates, the papers' batch rule; see ``SignAdaptive``) or "rprop" (full batch only: torch's ``Rprop``,
+            steps of one size per parameter element along the gradient's sign, ×1.2 while the sign holds,
+            ×0.5 when it flips; ``RPROP_ETAS``, ``RPROP_STEP_SIZES``).
+        learning_rate: Adam step size (L-BFGS: initial step, 1.0 recommended; Rprop: initial step size).
         max_iter: optimiser steps; ``n_epochs`` overrides it with ⌊N / batch⌋ · n_epochs (an epoch drops its
             incomplete last batch).
         batch_size: minibatch size |B|; None = full batch.
@@ -148,6 +154,10 @@ class TrainSettings:
             raise ValueError(f"eval_every must be >= 1, got {self.eval_every}")
         if self.optimizer == "lbfgs" and self.batch_size is not None:
             raise ValueError("optimizer='lbfgs' needs full-batch training (batch_size=None); use 'adam' for minibatches")
+        if self.optimizer == "rprop" and self.batch_size is not None:
+            # a minibatch gradient's sign is noise near the optimum: the steps halve at each flip, as above
+            raise ValueError("optimizer='rprop' needs full-batch training (batch_size=None): minibatch gradients "
+                             "flip sign from step to step and its step sizes collapse; use 'adam' for minibatches")
         if self.optimizer == "adaptive" and self.batch_size is not None:
             # minibatch noise flips gradient signs about every other step: each flip halves a rate, so the
             # rates underflow towards 0 and the parameters freeze without any error
@@ -326,7 +336,7 @@ _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each
 
 
 def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None,
-          geometry=None, natural=()) -> torch.Tensor:
+          geometry=None, natural=(), prior=None) -> torch.Tensor:
     """One optimiser step on the minibatch; returns the per-datum loss (before the step). ``loss_fn``: the
     engine's ``loss`` or its compiled form.
 
@@ -336,7 +346,9 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
     objective and a step moves the statistics once, as a step of the other optimisers does. ``geometry``:
     what the step's update shared with its loss (``Engine.geometry``), used by the first evaluation only (a
     line search's later ones are at other parameters). ``natural``: parameters outside the optimiser whose
-    gradients the same backward pass fills (q(u) under natural gradients, ``Engine.natural_step``)."""
+    gradients the same backward pass fills (q(u) under natural gradients, ``Engine.natural_step``). ``prior``: a
+    ``hyperprior.LogNormalPrior`` whose −log density is added to the loss (once per step: a data-parallel rank
+    adds its weight's share)."""
     shared = [geometry]
     replay = None
     if extractor is not None and isinstance(opt, torch.optim.LBFGS):
@@ -351,7 +363,10 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
         opt.zero_grad(set_to_none=True)
         for p in natural:
             p.grad = None
-        loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None) / N
+        loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None)
+        if prior is not None:
+            loss = loss + prior.neg_log_density(model.kernel)
+        loss = loss / N
         if comm is not None:
             loss = loss * weight
         loss.backward()
@@ -399,8 +414,7 @@ def _inducing_step_scale(model: nn.Module, optimizer: str) -> torch.Tensor | Non
 @torch.no_grad()
 def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
     """Restore the parameters (and any buffers listed with them) to ``values`` and halve every learning
-    rate (for the sign-adaptive rule,
-    each per-element rate; L-BFGS also forgets its curvature pairs, which the rejected step polluted).
+    rate (for the sign-adaptive rule and Rprop, each per-element rate or step size; L-BFGS also forgets its curvature pairs, which the rejected step polluted).
     Optimiser statistics that the rejected step made non-finite (Adam's moments after a NaN gradient)
     are zeroed, or every later step would be NaN too."""
     for p, v in zip(params, values):
@@ -410,8 +424,9 @@ def _roll_back(opt: torch.optim.Optimizer, params: list, values: list) -> None:
     if isinstance(opt, torch.optim.LBFGS):
         opt.state.clear()
     for st in opt.state.values():
-        if "rate" in st:
-            st["rate"].mul_(0.5)
+        for rate in ("rate", "step_size"):       # SignAdaptive's, Rprop's per-element steps
+            if rate in st:
+                st[rate].mul_(0.5)
         for t in st.values():
             if torch.is_tensor(t) and t.is_floating_point():
                 torch.nan_to_num_(t, nan=0.0, posinf=0.0, neginf=0.0)
@@ -444,6 +459,8 @@ def _optimizer(settings: TrainSettings, params: list) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=settings.learning_rate, fused=True)
     if settings.optimizer == "adaptive":
         return SignAdaptive(params, lr=settings.learning_rate)
+    if settings.optimizer == "rprop":
+        return torch.optim.Rprop(params, lr=settings.learning_rate, etas=RPROP_ETAS, step_sizes=RPROP_STEP_SIZES)
     # torch's stopping tolerances are absolute (no step when the directional derivative is above −1e-9 or every
     # gradient entry is below 1e-7), and our loss is per datum (÷ N): on a large N or a flat objective every step
     # was silently a no-op. The loop decides when to stop; one iteration and 25 evaluations per step bound the
@@ -638,7 +655,8 @@ def _out_of_time(settings: TrainSettings, history: History, comm, model: nn.Modu
 def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, settings: TrainSettings, *,
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
-        buffer_blocks: int = 4, monitor: Callable[[nn.Module, object], float] | None = None):
+        buffer_blocks: int = 4, monitor: Callable[[nn.Module, object], float] | None = None,
+        prior: LogNormalPrior | None = None):
     """Optimise the engine's objective over the model's hyper-parameters and the engine state, until the
     stopping rule (``TrainSettings.tol``, ``Convergence``) is met or the step budget is spent.
 
@@ -657,6 +675,8 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
         buffer_blocks: blocks shuffled together when streaming (``stream.Minibatches``).
         monitor: optional ``f(model, state) -> value`` (higher is better, e.g. −NLL on held-out rows) that the
             stopping rule checks instead of the training objective (early stopping).
+        prior: optional ``hyperprior.LogNormalPrior`` on the kernel's hyper-parameters: the loop maximises the
+            engine's objective + log p(ξ) (the objective in the history includes it).
     Returns:
         (state, History); ``History.converged`` says whether the stopping rule was met.
     """
@@ -721,7 +741,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             write_constants(model, engine, state)
             before = guard.snapshot()
             per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params + natural, extractor,
-                              geometry, natural)
+                              geometry, natural, prior)
             if natural:
                 state = engine.natural_step(model, state, N)
             if z_scale is not None and z_index is not None:

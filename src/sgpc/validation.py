@@ -13,7 +13,7 @@ from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
 from .registry import (KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS,
-                       config, likelihood_key, likelihood_name, resolve, spec)
+                       config, likelihood_key, likelihood_name, optimizer_of, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -238,6 +238,7 @@ _OPTION_CHECKS = {
     "init_lengthscale": lambda n, v: check_real(n, v, low=0.0, none="from the features' spread"),
     "init_variance": lambda n, v: check_real(n, v, low=0.0),
     "shared_kernel": check_flag,
+    "prior_scale": lambda n, v: check_real(n, v, low=0.0, none="no prior on the hyper-parameters (ML-II)"),
     "init": lambda n, v: check_choice(n, v, ("kmeans", "random")),
     "learn": check_flag,
     "shared": check_flag,
@@ -258,7 +259,7 @@ def check_options(params: dict) -> dict:
              "likelihood_params": f"likelihood={likelihood_name(params)!r}"
              + (f" (method={method!r} always uses it)" if own else ""),
              "kernel_params": f"kernel={params['kernel']!r}", "inducing_params": "the inducing inputs",
-             "optimizer_params": f"optimizer={params['optimizer']!r}"}
+             "optimizer_params": f"optimizer={optimizer_of(params)!r}"}
     for group, declared in OPTION_GROUPS.items():
         given = params[group]
         if given is None:
