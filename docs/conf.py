@@ -38,8 +38,9 @@ API_GROUPS = [
                                                  "quadrature"]),
     ("engines", "Inference engines", "One module per family; each engine implements the protocol in "
      "``sgpc.engine``.", ["engine", "vi", "natgrad", "sites", "ep", "sep", "fitc_ep", "rmgpc"]),
-    ("training", "Fitting machinery", "The fit loop, model files, warm starts, initialisation and input checks.",
-     ["train", "persist", "warm_start", "initialization", "validation"]),
+    ("training", "Fitting machinery", "The fit loop, model files, warm starts, initialisation, the hyper-parameter "
+     "prior and input checks.",
+     ["train", "persist", "warm_start", "initialization", "hyperprior", "validation"]),
     ("mcmc", "MCMC reference", "", ["mcmc"]),
     ("cli", "Command line", "The ``sgpc`` command (``python -m sgpc``).", ["cli"]),
 ]
