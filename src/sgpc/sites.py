@@ -25,6 +25,10 @@ latent l, rank-one along v_il = K_l⁻¹ k_l(x_i) (eqs. 18–23):
   with only the direct dependence of log Z_f (through k_i, K and s_i, with the u-space cavity held
   fixed) — built here as a surrogate whose autograd gradient is exactly that; on a minibatch the
   factor sum is scaled by N/|B| (eq. 12).
+* Row weights (``engine``): a point of weight w contributes its sites raised to the power w, w·(c1, c2) along
+  each v_il (``per_latent``), and w times its factor terms of log Z_q; its cavity removes one copy's site (the
+  stored c1, c2 are one copy's). For integer w this is EP on the data with the row repeated w times, whose
+  copies share one cavity and so, updated in parallel, one site.
 * Damping guard: a damped step is affine in the damping ρ, so the largest ρ that keeps q (and a
   cavity) positive definite is exact (``pd_step_limit``); ``pd_damping`` caps ρ at a margin of it
   (``PD_MARGIN``, ``PD_MARGIN_POWER`` for α < 1) and ``annealed_damping`` is the schedule of App. E.
@@ -107,9 +111,12 @@ def make_factors(kind: str, model: SparseGP, y: torch.Tensor, alpha: float = 1.0
     return likelihood_factors(model.likelihood, y, alpha)
 
 
-def per_latent(c: torch.Tensor, latent: torch.Tensor, n_latent: int) -> torch.Tensor:
-    """Sum slot values c [B,F,T] over the slots of each (point, latent): [L,B]."""
+def per_latent(c: torch.Tensor, latent: torch.Tensor, n_latent: int, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum slot values c [B,F,T] over the slots of each (point, latent): [L,B]; with row weights w [B], w_i times
+    point i's sum (its sites raised to the power w_i: the product of all sites is Π_i φ̃_i^{w_i})."""
     B = c.shape[0]
+    if weight is not None:
+        c = c * weight[:, None, None]
     out = torch.zeros(B, n_latent, dtype=c.dtype, device=c.device)
     out.scatter_add_(1, latent.reshape(B, -1), c.reshape(B, -1))
     return out.T
@@ -330,7 +337,7 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
            q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
            LPb: tuple[torch.Tensor, torch.Tensor] | None = None, R: torch.Tensor | None = None,
-           current: bool = False) -> torch.Tensor:
+           current: bool = False, weight: torch.Tensor | None = None) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
@@ -342,6 +349,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
             ``whitened_precision(Lk, sites)`` with its linear term (differentiable); R: V @ q.W
             (differentiable in V); current: V_old is V detached and q.W is
             detached (so R serves both; otherwise they are compared, outside ``torch.compile``).
+        weight: the minibatch rows' weights [B] (None: 1 each); a row's factor terms count w times, as those
+            of w copies of it (module docstring).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
@@ -377,7 +386,10 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
         gdiff = torch.where(flat, 0.0, _g1(mo_c, vo_c.clamp_min(torch.finfo(vo_c.dtype).tiny))
                             - _g1(m_o, s_oo.clamp_min(torch.finfo(s_oo.dtype).tiny))).sum(-1)
         gdiff = gdiff.masked_fill(~factors.mask, 0.0)
-    local = (logZ.sum() + gdiff.sum()) / alpha
+    if weight is None:
+        local = (logZ.sum() + gdiff.sum()) / alpha
+    else:                                   # each point's factor terms [B] (eqs. 57–61), w_i times
+        local = (weight * (logZ + gdiff).sum(-1)).sum() / alpha
     return global_term + scale * local
 
 
