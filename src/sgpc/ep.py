@@ -4,9 +4,10 @@
 ``sites.site_update``), moves the sites to the current directions, damps the step under the
 positive-definiteness guard (``sites.pd_damping``) and reports skipped and re-damped factors; its loss
 is −log Z_q or the Power-EP energy (``sites.log_Zq``) with the gradient of eq. (62). A row of weight w
-(``engine``: row weights) holds one copy's site and contributes it w times (``sites`` module docstring). The site algebra
-and its equations are in ``sites``; here are the engine (``EPState``, ``EP``) and the kernel geometry an
-update shares with its loss (``fresh_geometry``, ``shared_geometry``, ``detached_geometry``).
+(``engine``: row weights) holds one copy's site and contributes it w times; its cavity removes min(α, w) copies
+(``sites`` module docstring: row weights). The site algebra and its equations are in ``sites``; here are the
+engine (``EPState``, ``EP``) and the kernel geometry an update shares with its loss (``fresh_geometry``,
+``shared_geometry``, ``detached_geometry``).
 
 What this module does not do: EP in function space (``fitc_ep.py``) or tied sites (``sep.py``).
 """
@@ -21,7 +22,8 @@ from . import sites as site_algebra   # the PD margins are read at call time (te
 from .engine import Capabilities, Engine, rows_of
 from .gaussian import cholesky
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, gather, is_pd,
-                    log_Zq, make_factors, pd_damping, per_latent, q_state, site_update, whitened_precision)
+                    log_Zq, make_factors, pd_damping, per_latent, q_state, removed_power, site_update,
+                    whitened_precision)
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["EP", "EPState", "fresh_geometry", "shared_geometry", "detached_geometry"]
@@ -207,8 +209,9 @@ class EP(Engine):
         c1_old, c2_old = state.c1[idx], state.c2[idx]
         w = rows_of(state.w, idx)                          # [B] or None: the power of each row's sites
         a = self.alpha
-        # the cavity removes one copy's site (α of it for Power EP) whatever the row's weight (``sites``)
-        mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, a * c1_old, a * c2_old, fac.latent)
+        # the cavity removes α of one copy's site, or the whole row when its weight is less (``sites.removed_power``)
+        removed = removed_power(a, w)
+        mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, removed * c1_old, removed * c2_old, fac.latent)
         cav_ok = (var_cav >= 0).all(-1) & fac.mask      # 0: v_il = 0, the slot does not see u (site_update)
         var_cav = torch.where(var_cav >= 0, var_cav, torch.ones_like(var_cav))
         c1_new, c2_new, _, ok = site_update(fac, mean_cav, var_cav, gather(s, fac.latent), a)
