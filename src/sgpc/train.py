@@ -489,7 +489,7 @@ def _check_fingerprint(where: str, written_for, fingerprint: dict) -> None:
     if written_for.get("data") != fingerprint["data"]:
         raise CheckpointError(f"{where} was written for other data "
                               f"({written_for.get('data')}; this fit: {fingerprint['data']}); resume on the same "
-                              "rows in the same order, or start afresh (resume=False)")
+                              "rows in the same order, with the same sample weights, or start afresh (resume=False)")
     if "training" in written_for:
         changed = {k: v for k, v in written_for["training"].items() if fingerprint["training"].get(k) != v}
         if changed:
