@@ -205,8 +205,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 inputs and hyper-parameters, which the weights also shape: weighted k-means and spreads). Rows of
                 weight 0 are left out (and with them a class that has no other row). The methods that weigh rows
                 (``registry.METHODS[m].capabilities.weighted``): "vi", "arpep", "rpapep", "bsvm" (each row's term
-                of the objective × w_i), "ep", "pep" (each row's sites to the power w_i, eqs. 57–61 with each
-                row's factor terms × w_i), "sep" and "apep" (a row counts as w_i rows of the tied factor); "gfitc",
+                of the objective × w_i), "ep", "pep" (each row's sites to the power w_i, its factor terms of
+                eqs. 57–61 × w_i; its cavity removes one copy's site, or the whole row when w_i < α: ``sites``),
+                "sep" and "apep" (a row counts as w_i rows of the tied factor); "gfitc",
                 "rmgpc" and "smgpc" take weights of 0 and 1 only (rows left out), and refuse others. In-memory
                 fits only (a streamed X refuses it). A checkpoint resumes only a fit with the same weights.
             X_val, y_val: optional validation data; its error and NLL go into ``history_`` every
