@@ -283,7 +283,8 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
     record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
     finish(est, p, engine, history, warm, full_gp, X_check=Xt)
-    if rows is not None and METHODS[p["method"]].outlier_model:    # one per row given; NaN for those left out
+    if rows is not None and METHODS[p["method"]].outlier_model and not p["early_stopping"]:
+        # one per row given, NaN for those of weight 0 (with early stopping: one per row fitted, as without weights)
         proba = np.full(n_given, np.nan)
         proba[rows] = est.outlier_proba_
         est.outlier_proba_ = proba
