@@ -223,7 +223,7 @@ def check_sample_weight(sample_weight, n_rows: int) -> np.ndarray | None:
 
 def check_class_weight(class_weight) -> None:
     """A ValueError unless ``class_weight`` is None, "balanced" or a dict {label: weight} of finite weights ≥ 0
-    (whether its labels are y's is checked when fitting, ``weighting.row_weights``)."""
+    (whether its labels are y's is checked when fitting, ``weighting.class_weights``)."""
     if class_weight is None or (isinstance(class_weight, str) and class_weight == "balanced"):
         return
     if not isinstance(class_weight, dict):

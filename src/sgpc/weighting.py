@@ -9,7 +9,7 @@ weighs a row is its engine's business (``engine``: row weights; the methods whos
 * ``class_weight`` (None, "balanced" or {label: weight}) gives each row its class's weight, multiplied with its
   sample weight, as scikit-learn does. "balanced" is scikit-learn's n_samples / (n_classes · bincount(y)), with
   the sample weights summed per class in place of the counts (as ``sklearn.utils.class_weight.compute_class_weight``
-  does given sample weights), so that every class has the same total weight, n_samples / n_classes.
+  does given sample weights), so that the classes weigh the same in total.
 * Rows of weight 0 contribute nothing to any method's objective: they are left out of the fit, exactly, and so
   are the classes left without rows (a fit needs at least two).
 * When every remaining weight is 1 the fit is the unweighted one, which every method runs.
