@@ -29,7 +29,7 @@ reproduce_table.write(ROOT / "docs" / "_generated" / "reproducing_table.rst")
 # package (each documented through its __all__) appears; a module no group names goes to "Other modules".
 API_GROUPS = [
     ("estimator", "The estimator", "``sgpc.GPClassifier`` follows scikit-learn's estimator contract.",
-     ["estimator", "fitting"]),
+     ["estimator", "fitting", "weighting"]),
     ("plot", "Plots", "scikit-learn-style ``Display`` objects (matplotlib is the optional ``plot`` extra).", ["plot"]),
     ("metrics", "Metrics, uncertainty and active learning", "", ["metrics", "uncertainty"]),
     ("data", "Data, streaming and data-parallel training", "", ["datasets", "tabular", "stream", "distributed"]),

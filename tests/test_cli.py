@@ -389,8 +389,10 @@ def test_every_fit_option_reaches_a_gpclassifier_argument():
 def test_fit_options_become_estimator_arguments():
     args = cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt", "--method", "pep", "--alpha", "0.3",
                                           "--kernel", "matern32", "--epsilon", "0.01", "--epochs", "3",
-                                          "--batch-size", "16", "--tol", "none", "--device", "cpu", "--verbose"])
+                                          "--batch-size", "16", "--tol", "none", "--device", "cpu", "--verbose",
+                                          "--class-weight", "balanced"])
     params = cli._estimator_params(args)
+    assert params["class_weight"] == "balanced"
     assert params["method"] == "pep" and params["kernel"] == "matern32" and params["n_epochs"] == 3
     assert params["method_params"] == {"alpha": 0.3} and params["likelihood_params"] == {"epsilon": 0.01}
     assert params["tol"] is None and params["verbose"] == 1 and params["random_state"] == 0

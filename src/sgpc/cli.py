@@ -157,6 +157,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--early-stopping", "early_stopping", "stop on the log-likelihood of held-out rows instead "
            "(--validation-fraction of them)", dict(action="store_true")),
     Option("--validation-fraction", "validation_fraction", "(default: %(default)s)", dict(type=float, metavar="F")),
+    Option("--class-weight", "class_weight", "'balanced': weigh each class's rows by n / (n_classes · its row "
+           "count), as scikit-learn (default: every row 1; not with --stream)", dict(choices=("balanced",))),
     Option("--seed", "random_state", "random_state of the fit and seed of the data split (default: %(default)s)",
            dict(type=int, metavar="S", default=0)),
     Option("--dtype", "dtype", "(default: %(default)s)", dict(choices=tuple(DTYPES))),

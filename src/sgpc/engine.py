@@ -3,7 +3,7 @@
 An engine is a frozen settings dataclass (damping, α, ...) whose methods map an explicit state to a new
 state (optax's init/update pair, with a differentiable loss beside it):
 
-    state = engine.init(model, X, y, generator)              # q = prior, sites at zero, ...
+    state = engine.init(model, X, y, generator, weight=w)    # q = prior, sites at zero, ...
     state = engine.update(model, state, X_B, y_B, N, idx)    # closed-form site step (no-op for VI)
     loss  = engine.loss(model, state, X_B, y_B, N, idx)      # −objective on the minibatch, scaled by N/|B|
     q     = engine.posterior(model, state)                   # InducingPosterior
@@ -18,6 +18,12 @@ Shared geometry. The EP-family update and loss both need the Cholesky factor of 
 K_uu⁻¹k_u(x) of the minibatch. ``geometry`` forms them once with autograd on; the fit loop passes the result
 to ``update`` (which uses it detached) and to the first evaluation of ``loss`` (which differentiates it) —
 explicitly, as an argument: engines keep no caches.
+
+Row weights. A fit may weigh its training rows (``GPClassifier.fit(sample_weight=...)``): w [N], each row's
+contribution to the objective multiplied by w_i, as if the row were there w_i times. The weights are data of the
+rows, like y: an engine that declares ``weighted`` takes them in ``init`` (and ``carry``) and keeps them in its
+state, and ``update``/``loss`` read the minibatch's rows ``idx`` of them. ``weight=None`` means every row weighs 1
+(the common case, at no cost); an engine without the capability refuses any other (``refuse_weights``).
 
 Per-row state. An engine with per-row sites (EP, Power EP) stores them as [N, ...] arrays; a minibatch
 update replaces B of the N rows. Copying all N rows per step would make a minibatch step O(N), so such an
@@ -35,7 +41,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-__all__ = ["Capabilities", "Engine", "EngineProtocol", "write_constants"]
+__all__ = ["Capabilities", "Engine", "EngineProtocol", "write_constants", "refuse_weights", "rows_of"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Capabilities:
         closed_form_update: ``update`` changes the state (site methods); False: it returns the state as is.
         shared_geometry: ``geometry`` returns what ``update`` and ``loss`` share (ep, pep, sep).
         rescalable: a streamed warm start can adapt the state to new class counts (``rescale``, sep).
+        weighted: ``init`` and ``carry`` take row weights (module docstring) and the objective weighs each row
+            by its own, exactly as repeating the row (vi, ep, sep, apep and the methods built on them).
     """
 
     streamable: bool = False
@@ -66,6 +74,7 @@ class Capabilities:
     closed_form_update: bool = False
     shared_geometry: bool = False
     rescalable: bool = False
+    weighted: bool = False
 
 
 @runtime_checkable
@@ -75,7 +84,7 @@ class EngineProtocol(Protocol):
     capabilities: ClassVar[Capabilities]
 
     def init(self, model: nn.Module, X: torch.Tensor | None, y: torch.Tensor | None,
-             generator: torch.Generator | None): ...
+             generator: torch.Generator | None, weight: torch.Tensor | None = None): ...
 
     def update(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, n_total: int,
                idx: torch.Tensor | None = None, *, geometry=None): ...
@@ -106,10 +115,12 @@ class Engine:
         """Make q proper again after a hyper-parameter step (site methods); by default q always is."""
         return state
 
-    def carry(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, keep: torch.Tensor):
-        """The state for a new training set X, y sharing rows with the old one (a warm start). ``keep`` [N']:
-        for each new row the old row whose site it takes over, or −1. By default the state carries over as
-        it is (its size does not depend on the rows)."""
+    def carry(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, keep: torch.Tensor,
+              weight: torch.Tensor | None = None):
+        """The state for a new training set X, y (row weights ``weight`` [N'] or None) sharing rows with the old
+        one (a warm start). ``keep`` [N']: for each new row the old row whose site it takes over, or −1. By default
+        the state carries over as it is (its size does not depend on the rows; no weights: ``refuse_weights``)."""
+        refuse_weights(self, weight)
         return state
 
     def rescale(self, state, counts: torch.Tensor):
@@ -122,8 +133,10 @@ class Engine:
         when the engine keeps none."""
         return None
 
-    def increment(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, Lk: torch.Tensor | None = None):
-        """The minibatch's additive contribution to the closed-form step (``capabilities.increment``)."""
+    def increment(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, Lk: torch.Tensor | None = None, *,
+                  idx: torch.Tensor | None = None):
+        """The additive contribution of the minibatch X, y (rows ``idx`` of the data set, for their weights) to the
+        closed-form step (``capabilities.increment``)."""
         raise NotImplementedError(f"{type(self).__name__} has no additive update (capabilities.increment)")
 
     def apply(self, model: nn.Module, state, increment, Lk: torch.Tensor | None = None):
@@ -135,9 +148,10 @@ class Engine:
         fit loop keeps them out of it); none by default."""
         return []
 
-    def natural_step(self, model: nn.Module, state, n_total: int):
+    def natural_step(self, model: nn.Module, state, n_total: float):
         """A natural-gradient step of q(u) from the gradients that the step's one backward pass left on
-        ``natural_parameters`` (of the per-datum loss ℓ = −F/N); by default nothing to do."""
+        ``natural_parameters`` (of the per-datum loss ℓ = −F/n_total, n_total the rows' total weight: N
+        unweighted); by default nothing to do."""
         return state
 
     def model_constants(self, state) -> dict[str, float]:
@@ -166,3 +180,17 @@ def write_constants(model: nn.Module, engine: Engine, state) -> None:
     for name, value in constants.items():
         buf = buffers[name]
         buf.copy_(torch.tensor(value, dtype=buf.dtype))
+
+
+def refuse_weights(engine, weight: torch.Tensor | None) -> None:
+    """A ValueError for row weights given to an engine that does not declare ``weighted`` (None: every row 1)."""
+    if weight is not None:
+        raise ValueError(f"{type(engine).__name__} takes no row weights (its capabilities do not declare weighted)")
+
+
+def rows_of(weight: torch.Tensor | None, idx: torch.Tensor | None) -> torch.Tensor | None:
+    """The weights [B] of the minibatch's rows ``idx`` (all rows when idx is None) from a state's row weights [N],
+    or None when the rows are unweighted."""
+    if weight is None:
+        return None
+    return weight if idx is None else weight[idx]

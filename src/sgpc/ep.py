@@ -3,9 +3,11 @@
 ``EP`` updates every factor's site in parallel from its cavity (``sites.cavity_projection``,
 ``sites.site_update``), moves the sites to the current directions, damps the step under the
 positive-definiteness guard (``sites.pd_damping``) and reports skipped and re-damped factors; its loss
-is −log Z_q or the Power-EP energy (``sites.log_Zq``) with the gradient of eq. (62). The site algebra
-and its equations are in ``sites``; here are the engine (``EPState``, ``EP``) and the kernel geometry an
-update shares with its loss (``fresh_geometry``, ``shared_geometry``, ``detached_geometry``).
+is −log Z_q or the Power-EP energy (``sites.log_Zq``) with the gradient of eq. (62). A row of weight w
+(``engine``: row weights) holds one copy's site and contributes it w times; its cavity removes min(α, w) copies
+(``sites`` module docstring: row weights). The site algebra and its equations are in ``sites``; here are the
+engine (``EPState``, ``EP``) and the kernel geometry an update shares with its loss (``fresh_geometry``,
+``shared_geometry``, ``detached_geometry``).
 
 What this module does not do: EP in function space (``fitc_ep.py``) or tied sites (``sep.py``).
 """
@@ -17,10 +19,11 @@ from typing import ClassVar
 import torch
 
 from . import sites as site_algebra   # the PD margins are read at call time (tests and probes set them)
-from .engine import Capabilities, Engine
+from .engine import Capabilities, Engine, rows_of
 from .gaussian import cholesky
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, gather, is_pd,
-                    log_Zq, make_factors, pd_damping, per_latent, q_state, site_update, whitened_precision)
+                    log_Zq, make_factors, pd_damping, per_latent, q_state, removed_power, site_update,
+                    whitened_precision)
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["EP", "EPState", "fresh_geometry", "shared_geometry", "detached_geometry"]
@@ -61,9 +64,9 @@ def detached_geometry(model: SparseGP, X, geometry) -> tuple[torch.Tensor, torch
 
 @dataclass
 class EPState:
-    """Explicit EP state: the tied product θ̃, per-factor site parameters c1, c2 [N,F,T], the
-    directions they are stored along [N,L,M], the passes over the data so far (``step``, the damping
-    clock) and update reports."""
+    """Explicit EP state: the tied product θ̃ (each row's sites w_i times), per-factor site parameters c1, c2
+    [N,F,T] (one copy's), the directions they are stored along [N,L,M], the passes over the data so far
+    (``step``, the damping clock) and update reports."""
 
     Lam: torch.Tensor
     h: torch.Tensor
@@ -74,6 +77,7 @@ class EPState:
     skipped: int = 0
     redamped: int = 0
     y: torch.Tensor | None = None       # training labels [N]: the factor structure of every site
+    w: torch.Tensor | None = None       # training rows' weights [N]: the power of every row's sites (None: 1)
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class EP(Engine):
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(per_row_state=True, closed_form_update=True,
-                                                        shared_geometry=True)
+                                                        shared_geometry=True, weighted=True)
     alpha: float = 1.0
     factor: str = "pairwise"
     damping: float = 0.5
@@ -114,26 +118,27 @@ class EP(Engine):
         """The factor structure for labels y."""
         return make_factors(self.factor, model, y, self.alpha)
 
-    def init(self, model: SparseGP, X, y, generator) -> EPState:
-        """All sites start at zero (q = prior)."""
+    def init(self, model: SparseGP, X, y, generator, weight=None) -> EPState:
+        """All sites start at zero (q = prior); ``weight``: the rows' weights [N] (None: 1 each)."""
         L, M = model.n_latent, model.n_inducing
         dt, dev = model.Z.dtype, model.Z.device
         N = 0 if y is None else y.shape[0]
         F, T = (model.n_latent, 2) if self.factor == "pairwise" else (1, model.n_latent)
         z = lambda *s: torch.zeros(*s, dtype=dt, device=dev)
         labels = None if y is None else y.detach().clone()
-        return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M), y=labels)
+        return EPState(Lam=z(L, M, M), h=z(L, M), c1=z(N, F, T), c2=z(N, F, T), V=z(N, L, M), y=labels,
+                       w=None if weight is None else weight.detach().clone())
 
     @torch.no_grad()
-    def carry(self, model: SparseGP, state: EPState, X, y, keep: torch.Tensor) -> EPState:
+    def carry(self, model: SparseGP, state: EPState, X, y, keep: torch.Tensor, weight=None) -> EPState:
         """The state for a new training set that shares rows with the old one (a warm start).
 
         Args:
             keep [N'] int64: for each new row, the old row whose site it takes over, or −1 for a row
-                without one (its site starts at zero); y [N'] the new labels.
-        Returns a state whose θ̃ is rebuilt from the kept sites (eqs. 25–27: q = p(u) Π sites), so
-        sites of rows that were dropped leave q. The damping clock restarts: the new rows' sites are
-        updated with the initial damping, not the annealed one.
+                without one (its site starts at zero); y [N'] the new labels; weight [N'] their weights (None: 1).
+        Returns a state whose θ̃ is rebuilt from the kept sites, each to the power of its row's new weight
+        (eqs. 25–27: q = p(u) Π sites^w), so sites of rows that were dropped leave q. The damping clock
+        restarts: the new rows' sites are updated with the initial damping, not the annealed one.
         """
         have = keep >= 0
         src = keep.clamp_min(0)
@@ -144,11 +149,12 @@ class EP(Engine):
         c1, c2, V = take(state.c1), take(state.c2), take(state.V)
         latent = self.factors(model, y).latent
         L = model.n_latent
-        d1, d2 = per_latent(c1, latent, L), per_latent(c2, latent, L)   # [L,N']
+        w = None if weight is None else weight.detach().clone()
+        d1, d2 = per_latent(c1, latent, L, w), per_latent(c2, latent, L, w)   # [L,N']
         Vt = V.transpose(0, 1)                                          # [L,N',M]
         Lam = Vt.mT @ (d1[..., None] * Vt)
         return EPState(Lam=0.5 * (Lam + Lam.mT), h=(d2[..., None] * Vt).sum(1), c1=c1, c2=c2, V=V,
-                       skipped=state.skipped, redamped=state.redamped, y=y.detach().clone())
+                       skipped=state.skipped, redamped=state.redamped, y=y.detach().clone(), w=w)
 
     def _damping(self, step: float) -> float:
         return annealed_damping(self.damping, self.decay, step, self.min_damping)
@@ -181,7 +187,7 @@ class EP(Engine):
         for gamma in [0.5 ** k for k in range(1, 12)] + [0.0]:
             c1 = torch.where(neg, gamma * state.c1, state.c1)
             c2 = torch.where(neg, gamma * state.c2, state.c2)
-            d1, d2 = per_latent(c1, latent, L), per_latent(c2, latent, L)   # [L,N]
+            d1, d2 = per_latent(c1, latent, L, state.w), per_latent(c2, latent, L, state.w)   # [L,N]
             Lam = Vt.mT @ (d1[..., None] * Vt)
             h = (d2[..., None] * Vt).sum(1)
             if is_pd(whitened_precision(Lk, TiedSites(Lam, h))[0]):
@@ -201,8 +207,11 @@ class EP(Engine):
         q = q_state(model, sites, Lk)
         V_old = state.V[idx].transpose(0, 1)
         c1_old, c2_old = state.c1[idx], state.c2[idx]
+        w = rows_of(state.w, idx)                          # [B] or None: the power of each row's sites
         a = self.alpha
-        mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, a * c1_old, a * c2_old, fac.latent)
+        # the cavity removes α of one copy's site, or the whole row when its weight is less (``sites.removed_power``)
+        removed = removed_power(a, w)
+        mean_cav, var_cav, _, _ = cavity_projection(q, V, V_old, removed * c1_old, removed * c2_old, fac.latent)
         cav_ok = (var_cav >= 0).all(-1) & fac.mask      # 0: v_il = 0, the slot does not see u (site_update)
         var_cav = torch.where(var_cav >= 0, var_cav, torch.ones_like(var_cav))
         c1_new, c2_new, _, ok = site_update(fac, mean_cav, var_cav, gather(s, fac.latent), a)
@@ -217,14 +226,14 @@ class EP(Engine):
             """Target slot values, the step Δθ̃ (dLam, dh) and the precisions P0, ΔP of q along it."""
             c1_t = torch.where(ok[..., None], c1_new, c1_old)
             c2_t = torch.where(ok[..., None], c2_new, c2_old)
-            dd1 = per_latent(c1_t - c1_old, fac.latent, L)
-            dd2 = per_latent(c2_t - c2_old, fac.latent, L)
+            dd1 = per_latent(c1_t - c1_old, fac.latent, L, w)
+            dd2 = per_latent(c2_t - c2_old, fac.latent, L, w)
             dLam = V.mT @ (dd1[..., None] * V)
             dP = q.Lk.mT @ dLam @ q.Lk
             P0, _ = whitened_precision(q.Lk, TiedSites(Lam0, h0))
             return c1_t, c2_t, 0.5 * (dLam + dLam.mT), (dd2[..., None] * V).sum(1), P0, 0.5 * (dP + dP.mT)
 
-        Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent)
+        Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent, w)
         c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
         rho0 = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
         margin = site_algebra.PD_MARGIN if self.alpha == 1.0 else site_algebra.PD_MARGIN_POWER
@@ -263,7 +272,8 @@ class EP(Engine):
         fac = self.factors(model, y)
         Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)    # differentiable, eq. (62)
         return -log_Zq(model, TiedSites(state.Lam, state.h), fac, X, state.V[idx].transpose(0, 1),
-                       state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0], Lk=Lk, Vs=(V, s))
+                       state.c1[idx], state.c2[idx], self.alpha, n_total / X.shape[0], Lk=Lk, Vs=(V, s),
+                       weight=rows_of(state.w, idx))
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: EPState) -> InducingPosterior:
@@ -276,10 +286,10 @@ class EP(Engine):
         return list(model.parameters())
 
 
-def _replace_sites(Lam, h, V_old, V, c1_old, c2_old, c1, c2, latent):
-    """θ̃ − Σ old sites along V_old + Σ new sites along V, aggregated per (point, latent)."""
+def _replace_sites(Lam, h, V_old, V, c1_old, c2_old, c1, c2, latent, weight=None):
+    """θ̃ − Σ old sites along V_old + Σ new sites along V, aggregated per (point, latent), each point's w times."""
     L = Lam.shape[0]
-    d1o, d2o, d1, d2 = (per_latent(c, latent, L) for c in (c1_old, c2_old, c1, c2))
+    d1o, d2o, d1, d2 = (per_latent(c, latent, L, weight) for c in (c1_old, c2_old, c1, c2))
     Lam = Lam - V_old.mT @ (d1o[..., None] * V_old) + V.mT @ (d1[..., None] * V)
     h = h - (d2o[..., None] * V_old).sum(1) + (d2[..., None] * V).sum(1)
     return 0.5 * (Lam + Lam.mT), h

@@ -133,11 +133,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch method
             that streams ("default" or "reduce-overhead", CUDA graphs): meant for ``device="cuda"``, where a step
             is bound by kernel launches; the first step compiles.
+        class_weight: None (every class weighs 1), "balanced" or a dict {label: weight ≥ 0} (labels it omits
+            weigh 1): each training row's weight is multiplied by its class's, as ``fit``'s ``sample_weight``
+            (the two multiply, as in scikit-learn). "balanced" is scikit-learn's n_samples / (n_classes ·
+            bincount(y)), with the rows' sample weights summed per class in place of the counts when given.
 
     Fitted attributes: classes_, n_features_in_, model_ (SparseGP), state_ (engine state),
     posterior_ (InducingPosterior), history_ (dict), n_iter_, converged_, stalled_, at_prior_ and prior_distance_
     (``diagnostics``: a fit that stalled, or whose predictions are the prior's), warm_started_; for "rmgpc"/"smgpc" also
-    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc"); after
+    outlier_proba_ [N] (posterior probability that each training label is an outlier; zeros for "smgpc"; NaN for a row
+    of weight 0, left out of the fit); after
     ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
 
@@ -149,7 +154,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  dtype: str = "float64", device: str = "cpu", verbose: int = 0,
                  feature_extractor: torch.nn.Module | None = None, warm_start: bool = False,
                  compile: str | None = None, tol: float | None = 1e-4, n_iter_no_change: int = 10,
-                 early_stopping: bool = False, validation_fraction: float = 0.1):
+                 early_stopping: bool = False, validation_fraction: float = 0.1, class_weight=None):
         self.method = method
         self.likelihood = likelihood
         self.kernel = kernel
@@ -175,6 +180,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
+        self.class_weight = class_weight
 
     def _make_engine(self):
         """The engine that the (checked) parameters make."""
@@ -184,8 +190,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         return fitting.as_tensor(self.get_params(deep=False), A)
 
     # -- the estimator API ---------------------------------------------------------------------------
-    def fit(self, X, y=None, *, X_val=None, y_val=None, eval_every: int = 50, checkpoint_path: str | None = None,
-            checkpoint_every: int = 0, resume: bool = False, comm=None):
+    def fit(self, X, y=None, *, sample_weight=None, X_val=None, y_val=None, eval_every: int = 50,
+            checkpoint_path: str | None = None, checkpoint_every: int = 0, resume: bool = False, comm=None):
         """Fit the classifier.
 
         Args:
@@ -193,6 +199,17 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                 Out of core: X a ``stream`` source (``ParquetSource``, ``NpySource``, …) with y None,
                 a .parquet path (y: the label column's name, default the last column) or an [N,D]
                 .npy path (y: the labels' .npy path or array) — see ``fitting.fit_stream``.
+            sample_weight: [N] weights ≥ 0 (not all 0), or None (each row weighs 1); multiplied by
+                ``class_weight``'s. Row i's contribution to the objective is multiplied by its weight: for integer
+                weights the fit is that of the data with row i repeated w_i times (from the same initial inducing
+                inputs and hyper-parameters, which the weights also shape: weighted k-means and spreads). Rows of
+                weight 0 are left out (and with them a class that has no other row). The methods that weigh rows
+                (``registry.METHODS[m].capabilities.weighted``): "vi", "arpep", "rpapep", "bsvm" (each row's term
+                of the objective × w_i), "ep", "pep" (each row's sites to the power w_i, its factor terms of
+                eqs. 57–61 × w_i; its cavity removes one copy's site, or the whole row when w_i < α: ``sites``),
+                "sep" and "apep" (a row counts as w_i rows of the tied factor); "gfitc",
+                "rmgpc" and "smgpc" take weights of 0 and 1 only (rows left out), and refuse others. In-memory
+                fits only (a streamed X refuses it). A checkpoint resumes only a fit with the same weights.
             X_val, y_val: optional validation data; its error and NLL go into ``history_`` every
                 ``eval_every`` steps.
             checkpoint_path, checkpoint_every: write a resumable checkpoint to checkpoint_path every K steps
@@ -206,7 +223,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         """
         kept = self._fitted_attributes()
         run = dict(X_val=X_val, y_val=y_val, eval_every=eval_every, checkpoint_path=checkpoint_path,
-                   checkpoint_every=checkpoint_every, resume=resume, comm=comm)
+                   checkpoint_every=checkpoint_every, resume=resume, comm=comm, sample_weight=sample_weight)
         try:
             if self.feature_extractor is None:
                 fitting.fit(self, X, y, **run)

@@ -42,7 +42,7 @@ from typing import Callable, ClassVar, NamedTuple
 import torch
 from torch import nn
 
-from .engine import Capabilities, Engine
+from .engine import Capabilities, Engine, refuse_weights
 from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower
 from .sparse import InducingPosterior, SparseGP
 
@@ -484,8 +484,9 @@ class GFITC(Engine):
             raise ValueError(f"max_sweeps must be >= 1, got {self.max_sweeps}")
 
     def init(self, model: SparseGP, X: torch.Tensor | None, y: torch.Tensor | None,
-             generator: torch.Generator) -> GFITCState:
+             generator: torch.Generator, weight: torch.Tensor | None = None) -> GFITCState:
         """Zero sites (posterior = prior) for the N training rows; X = y = None gives an empty state to load into."""
+        refuse_weights(self, weight)   # a repeated row is another f_i, with its own FITC residual: no site power
         C = model.n_latent
         ref = model.Z
         if C < 2:
@@ -503,9 +504,10 @@ class GFITC(Engine):
 
     @torch.no_grad()
     def carry(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor,
-              keep: torch.Tensor) -> GFITCState:
+              keep: torch.Tensor, weight: torch.Tensor | None = None) -> GFITCState:
         """The state for a new training set X, y (a warm start): each row takes over the sites of the old
         row ``keep`` names (−1: zero sites); the next ``update`` runs EP from there."""
+        refuse_weights(self, weight)
         have = (keep >= 0)[:, None]
         src = keep.clamp_min(0)
 

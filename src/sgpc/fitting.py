@@ -3,7 +3,9 @@
 ``fit`` is what ``GPClassifier.fit`` does: in memory (``fit_arrays``) or streamed from a source
 (``fit_stream``). Both build the model (``build_model``) or continue the previous fit (a warm start:
 ``continues``, ``carried_state``), run ``train.fit`` and set the fitted attributes (``finish``). ``restore``
-rebuilds a fitted estimator from a model file's content (``persist.read_model``).
+rebuilds a fitted estimator from a model file's content (``persist.read_model``). An in-memory fit may weigh its
+rows (``sample_weight``, ``class_weight``): ``weighting`` says which rows it trains on and with what weights, the
+initialisation (k-means, length-scales) weighs them too, and the engine weighs their contributions.
 
 The functions take the estimator, to read the previous fit and write the fitted attributes, and ``p``, its
 parameters checked and with every group of options resolved (``settings``, ``registry.resolve``).
@@ -23,7 +25,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 
-from . import diagnostics, stream
+from . import diagnostics, stream, weighting
 from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import check_model_payload, load_state
@@ -31,8 +33,8 @@ from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, li
                        make_engine, make_kernel, make_likelihood)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
-from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params, unique_labels,
-                         validated)
+from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
+                         check_sample_weight, unique_labels, validated)
 from .warm_start import architecture, match_rows, row_keys
 
 __all__ = ["settings", "build_model", "structure", "fit", "fit_arrays", "fit_stream", "restore", "as_tensor",
@@ -172,16 +174,18 @@ def inducing_count(p: dict, N: int, stacklevel: int) -> int:
     return M
 
 
-def carried_state(est, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None):
-    """The previous fit's engine state carried over to the training set Xt, yt (a warm start): per-row
-    sites follow their rows, matched by ``keys`` (``warm_start.row_keys`` of the new rows)."""
+def carried_state(est, engine, Xt: torch.Tensor, yt: torch.Tensor, keys: np.ndarray | None,
+                  wt: torch.Tensor | None = None):
+    """The previous fit's engine state carried over to the training set Xt, yt with row weights wt (None: 1
+    each; a warm start): per-row sites follow their rows, matched by ``keys`` (``warm_start.row_keys`` of the
+    new rows)."""
     keep = None
     if keys is not None:
         keep = torch.as_tensor(match_rows(getattr(est, "_row_keys_", None), keys), device=Xt.device)
-    return engine.carry(est.model_, est.state_, Xt, yt, keep)
+    return engine.carry(est.model_, est.state_, Xt, yt, keep, weight=wt)
 
 
-def fit(est, X, y, *, X_val, y_val, resume: bool, comm, **run):
+def fit(est, X, y, *, X_val, y_val, resume: bool, comm, sample_weight=None, **run):
     """``GPClassifier.fit`` without the restore on failure: arrays (``fit_arrays``) or a source (``fit_stream``);
     ``run``: the per-run arguments (eval_every, checkpoint_path, checkpoint_every)."""
     p = settings(est)
@@ -190,22 +194,39 @@ def fit(est, X, y, *, X_val, y_val, resume: bool, comm, **run):
     if comm is not None and comm.world_size > 1:
         check_data_parallel_extractor(p["feature_extractor"])
     if isinstance(X, (str, os.PathLike)) or stream.is_source(X):
+        if sample_weight is not None or p["class_weight"] is not None:
+            raise ValueError("a streamed fit (X a file or a stream source) takes no sample_weight or class_weight: "
+                             "weighing rows needs them in memory; fit on arrays to weigh them")
         return fit_stream(est, p, stream.as_source(X, y), X_val=X_val, y_val=y_val, resume=resume, comm=comm, run=run)
     if y is None:
         raise ValueError("requires y to be passed, but the target y is None")
-    return fit_arrays(est, p, X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm, run=run)
+    return fit_arrays(est, p, X, y, X_val=X_val, y_val=y_val, resume=resume, comm=comm, run=run,
+                      sample_weight=sample_weight)
 
 
-def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dict):
-    """Fit on in-memory arrays X [N,D], y [N]."""
+def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dict, sample_weight=None):
+    """Fit on in-memory arrays X [N,D], y [N], rows weighted by ``sample_weight`` [N] (None: 1 each) and the
+    ``class_weight`` parameter (``weighting``)."""
     method = METHODS[p["method"]]
     X, y = validated(est, X, y, reset=True)
     classes, y_enc = unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
     check_classification_targets(y)
+    rows, w = weighting.row_weights(p["class_weight"], classes, y_enc, check_sample_weight(sample_weight, len(X)))
+    n_given = len(X)
+    if rows is not None:                           # rows of weight 0 are left out, with the classes they leave
+        X, y_enc = X[rows], y_enc[rows]
+        present, y_enc = np.unique(y_enc, return_inverse=True)
+        classes = classes[present]
     previous_classes = getattr(est, "classes_", None)
     est.classes_ = classes
     if len(classes) < 2:
-        raise ValueError(f"y has only one class ({classes[0]!r}); a classifier needs at least 2 classes")
+        among = " among the rows of positive weight" if rows is not None else ""
+        raise ValueError(f"y has only one class ({classes[0]!r}){among}; a classifier needs at least 2 classes")
+    if w is not None and not method.capabilities.weighted:
+        raise ValueError(f"method={p['method']!r} cannot weigh rows (EP in function space: a row repeated w times is "
+                         "w latent values, not one site to the power w); with it, sample_weight and class_weight may "
+                         "only leave rows out (weights 0 and 1). Methods that weigh rows: "
+                         f"{', '.join(map(repr, capable('weighted')))}")
     if likelihood_key(p["likelihood"]) not in method.likelihoods and len(classes) != 2:   # a binary-only likelihood
         raise ValueError(f"method={p['method']!r} with likelihood={p['likelihood']!r} is the binary model (one "
                          f"latent function, probit sites); y has {len(classes)} classes: use "
@@ -216,11 +237,12 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     generator = torch.Generator().manual_seed(seed)
     monitor = None
     if p["early_stopping"]:
-        X, y_enc, monitor = held_out(p, X, y_enc, int(rng.randint(0, 2 ** 31 - 1)))
+        X, y_enc, w, monitor = held_out(p, X, y_enc, int(rng.randint(0, 2 ** 31 - 1)), w)
     N, D = X.shape
     M = inducing_count(p, N, stacklevel=4)
     engine = make_engine(p)
     Xt, yt = as_tensor(p, X), torch.as_tensor(y_enc, dtype=torch.long, device=p["device"])
+    wt = None if w is None else as_tensor(p, w)
     full_gp = method.full_gp_at_n and M == N   # FITC with Z = X fixed is the full GP
     warm = continues(est, p, D, classes, previous_classes, M, full_gp)
     keys = row_keys(X, y_enc) if method.capabilities.per_row_state else None
@@ -234,14 +256,19 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
         # a hybrid model's kernel acts on features: initialise Z and length-scales on h(X) of the initial h
         H = X if extractor is None else extractor_features(extractor, Xt)
         # hybrid: the spread of the initial features says little about the trained ones (a random CNN maps
-        # all images close together): scale by each feature's root mean square instead
-        std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
+        # all images close together): scale by each feature's root mean square instead. Weighted rows: the
+        # spread of the data they stand for.
+        if w is None:
+            std = H.std(0) if extractor is None else np.sqrt(np.mean(H * H, 0))
+        else:
+            centre = np.average(H, axis=0, weights=w) if extractor is None else 0.0
+            std = np.sqrt(np.average((H - centre) ** 2, axis=0, weights=w))
         lengthscale = initial_lengthscales(H, std)
-        Z = X.copy() if full_gp else init_inducing(H, M, p["inducing_params"]["init"], seed=seed)
+        Z = X.copy() if full_gp else init_inducing(H, M, p["inducing_params"]["init"], seed=seed, sample_weight=w)
         est.model_ = build_model(p, H.shape[1], len(classes), Z, lengthscale, extractor)
         if full_gp:
             est.model_.Z.requires_grad_(False)
-    state = carried_state(est, engine, Xt, yt, keys) if warm else engine.init(est.model_, Xt, yt, generator)
+    state = carried_state(est, engine, Xt, yt, keys, wt) if warm else engine.init(est.model_, Xt, yt, generator, wt)
     loop = train_settings(p, run)
     validate = validator(est, p, engine, X_val, y_val)
     if p["verbose"]:
@@ -250,11 +277,17 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
               f"{'; binary form' if est.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
     est.state_, history = fit_loop(est.model_, engine, state, Xt, yt, loop, generator=generator,
                                    validate=validate, resume=resume, comm=comm,
-                                   monitor=None if monitor is None else monitor(engine), prior=hyperprior(p, est.model_))
+                                   monitor=None if monitor is None else monitor(engine), prior=hyperprior(p, est.model_),
+                                   sample_weight=wt)
     # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
     est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
     record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
     finish(est, p, engine, history, warm, full_gp, X_check=Xt)
+    if rows is not None and METHODS[p["method"]].outlier_model and not p["early_stopping"]:
+        # one per row given, NaN for those of weight 0 (with early stopping: one per row fitted, as without weights)
+        proba = np.full(n_given, np.nan)
+        proba[rows] = est.outlier_proba_
+        est.outlier_proba_ = proba
     if keys is not None:
         est._row_keys_ = keys
     return est
@@ -268,25 +301,30 @@ def hyperprior(p: dict, model) -> LogNormalPrior | None:
     return None if scale is None else LogNormalPrior.around(model.kernel, scale)
 
 
-def held_out(p: dict, X: np.ndarray, y_enc: np.ndarray, seed: int):
-    """``early_stopping``: the training rows, their labels, and a factory of the stopping rule's monitor
-    (−NLL of a stratified ``validation_fraction`` of the rows, held out from training)."""
+def held_out(p: dict, X: np.ndarray, y_enc: np.ndarray, seed: int, w: np.ndarray | None = None):
+    """``early_stopping``: the training rows, their labels and weights (None: 1 each), and a factory of the
+    stopping rule's monitor (the mean log-likelihood of a stratified ``validation_fraction`` of the rows, held
+    out from training; weighted by their weights)."""
     from sklearn.model_selection import train_test_split
+    arrays = (X, y_enc) if w is None else (X, y_enc, w)
     try:
-        X_fit, X_out, y_fit, y_out = train_test_split(X, y_enc, test_size=p["validation_fraction"],
-                                                      stratify=y_enc, random_state=seed)
+        split = train_test_split(*arrays, test_size=p["validation_fraction"], stratify=y_enc, random_state=seed)
     except ValueError as exc:
         raise ValueError(f"early_stopping holds out validation_fraction={p['validation_fraction']!r} of the "
                          f"{len(y_enc)} rows, stratified by class: {exc}; use more rows, a larger "
                          "validation_fraction, or early_stopping=False") from None
+    X_fit, X_out, y_fit, y_out = split[:4]
+    w_fit, w_out = (None, None) if w is None else split[4:]
     Xo, yo = as_tensor(p, X_out), torch.as_tensor(y_out, dtype=torch.long, device=p["device"])
+    wo = None if w_out is None else as_tensor(p, w_out / w_out.sum())
 
     def monitor(engine):
         def held_out_log_likelihood(model, state) -> float:
             lp, _ = predict_outputs(model, engine.posterior(model, state), Xo)
-            return float(lp.gather(1, yo[:, None]).mean())
+            ll = lp.gather(1, yo[:, None])[:, 0]
+            return float(ll.mean() if wo is None else (wo * ll).sum())
         return held_out_log_likelihood
-    return X_fit, y_fit, monitor
+    return X_fit, y_fit, w_fit, monitor
 
 
 def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: torch.Tensor) -> None:

@@ -209,8 +209,11 @@ def current_params(params: dict) -> dict:
     written before ``inducing_params``/``optimizer_params`` moved into them, the per-run settings that are
     arguments of ``fit`` now dropped, and the options that files written before ``method_params``,
     ``likelihood_params`` and ``kernel_params`` held flat (``alpha``, ``epsilon``, ...) moved into those dicts:
-    the ones the method, likelihood and kernel take (such a file held every option)."""
+    the ones the method, likelihood and kernel take (such a file held every option). A ``class_weight`` dict is
+    stored as [label, weight] pairs (its labels may be numbers, ``validation.plain_value``): a dict again."""
     params = {k: v for k, v in params.items() if k not in _NOW_FIT_ARGUMENTS}
+    if isinstance(params.get("class_weight"), list):
+        params["class_weight"] = {label: weight for label, weight in params["class_weight"]}
     for old, (group, key) in _MOVED.items():
         if old in params:
             params[group] = {**(params.get(group) or {}), key: params.pop(old)}

@@ -147,7 +147,7 @@ METHODS: dict[str, Method] = {
     "bsvm": Method(VI, lambda o, p: {"natgrad_lr": o["natgrad_lr"]}, _takes(METHOD_OPTIONS, "natgrad_lr"), ("robustmax",),
                    "multi-class Bayesian SVM §3",
                    "Crammer–Singer hinge pseudo-likelihood, ELBO eq. 12, inducing inputs shared by all classes",
-                   own_likelihood="hinge", shared_inducing=True, caps=Capabilities(free_gaussian=True)),
+                   own_likelihood="hinge", shared_inducing=True, caps=Capabilities(free_gaussian=True, weighted=True)),
     "rmgpc": Method(RMGPC, lambda o, p: {"damping": o["damping"], "outliers": True, "prior_a": float(o["outlier_prior_a"]),
                                          "prior_b": float(o["outlier_prior_b"])},
                     _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b"), ("robustmax",),

@@ -43,7 +43,7 @@ from torch.nn.functional import logsigmoid
 from torch.special import log_ndtr
 
 from . import fitc_ep as F
-from .engine import Capabilities, Engine
+from .engine import Capabilities, Engine, refuse_weights
 from .gaussian import NotPositiveDefiniteError
 from .sparse import InducingPosterior, SparseGP
 
@@ -265,9 +265,10 @@ class RMGPC(Engine):
 
     # -- protocol ------------------------------------------------------------------------------------
     def init(self, model: SparseGP, X: torch.Tensor | None, y: torch.Tensor | None,
-             generator: torch.Generator) -> RMGPCState:
+             generator: torch.Generator, weight: torch.Tensor | None = None) -> RMGPCState:
         """Zero Gaussian sites; prior sites ã = b̃ = 1 (Q(ρ) = prior) and q̃_i = log a₀ − log b₀ (their
         first EP value); X = y = None gives an empty state to load into."""
+        refuse_weights(self, weight)   # a repeated row is another f_i, with its own FITC residual: no site power
         C = model.n_latent
         ref = model.Z
         if C < 2:
@@ -293,10 +294,11 @@ class RMGPC(Engine):
 
     @torch.no_grad()
     def carry(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor,
-              keep: torch.Tensor) -> RMGPCState:
+              keep: torch.Tensor, weight: torch.Tensor | None = None) -> RMGPCState:
         """The state for a new training set X, y (a warm start): each row takes over the Gaussian and
         indicator sites of the old row ``keep`` names; −1 gives a new row the sites of ``init``. The
         evidence terms are recomputed by the next ``update``."""
+        refuse_weights(self, weight)
         fresh = self.init(model, X, y, None)
         have = keep >= 0
         src = keep.clamp_min(0)

@@ -28,6 +28,12 @@ APEP (alpha paper §3.2) ties the sites the same way, with the cavity q/φ̃^{α
 the tied factor's natural parameters by gradient ascent on the Power-EP energy (eq. 8) together with
 the hyper-parameters, instead of moment matching.
 
+Row weights (``engine``). Both count a row of weight w as w copies of it: SEP's slot counts n_l, a
+minibatch's n_{B,l} and Σ θ_new sum w_i per slot (the tied site stays n_l copies of the average site, and the
+cavity q/φ̃^{1/n_l} removes one copy's), and each row's log Z_q terms count w_i times; APEP's energy weighs each
+row's term by w_i and has W = Σ_i w_i factors in place of N. For integer weights, a full-batch fit is the fit on
+the data with row i repeated w_i times.
+
 What this module does not do: per-site storage (``ep.py``).
 """
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import ClassVar
 
 import torch
 
-from .engine import Capabilities, Engine
+from .engine import Capabilities, Engine, rows_of
 from .ep import detached_geometry, fresh_geometry, shared_geometry
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, g_whitened,
                     gather, is_pd, log_Zq, make_factors, pd_damping, per_latent, q_from_precision, q_state,
@@ -50,15 +56,16 @@ __all__ = ["SEP", "LOG_Z_KINDS", "SEPState", "SEPIncrement", "slot_counts", "APE
 
 
 def slot_counts(factors: Factors, n_latent: int) -> torch.Tensor:
-    """Number of factor slots touching each latent function: [L] (float)."""
+    """Number of factor slots touching each latent function: [L] (float; unweighted)."""
     lat = factors.latent[factors.mask]                                   # [n_factors, T]
     return torch.bincount(lat.reshape(-1), minlength=n_latent).to(torch.float64)
 
 
 @dataclass
 class SEPState:
-    """Tied sites θ̃ (u-space), slot counts n_l [L], passes over the data so far (``step``, the damping
-    clock as in ``ep.EP``) and update reports."""
+    """Tied sites θ̃ (u-space), slot counts n_l [L] (weighted: Σ w_i over the slots), passes over the data so
+    far (``step``, the damping clock as in ``ep.EP``), update reports, and the training rows' weights ``w`` [N]
+    (None: 1 each)."""
 
     Lam: torch.Tensor
     h: torch.Tensor
@@ -66,12 +73,14 @@ class SEPState:
     step: float = 0.0
     skipped: int = 0
     redamped: int = 0
+    w: torch.Tensor | None = None
 
 
 @dataclass
 class SEPIncrement:
-    """One minibatch's contribution to the tied sites: Σ θ_new (Lam [L,M,M], h [L,M]), slots
-    updated per latent n_b [L], and counts [3] = (skipped factors, all factors, all slots) as floats."""
+    """One minibatch's contribution to the tied sites: Σ w_i θ_new (Lam [L,M,M], h [L,M]), slots
+    updated per latent n_b [L] (Σ w_i), and counts [3] = (skipped factors, all factors, all slots (Σ w_i)) as
+    floats."""
 
     Lam: torch.Tensor
     h: torch.Tensor
@@ -89,7 +98,7 @@ class SEP(Engine):
     estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, increment=True, closed_form_update=True,
-                                                        shared_geometry=True, rescalable=True)
+                                                        shared_geometry=True, rescalable=True, weighted=True)
     factor: str = "pairwise"
     damping: float = 0.5
     decay: float = 0.99
@@ -108,21 +117,22 @@ class SEP(Engine):
         """The factor structure for labels y."""
         return make_factors(self.factor, model, y, 1.0)
 
-    def init(self, model: SparseGP, X, y, generator) -> SEPState:
-        """θ̃ = 0 (q = prior); slot counts from the full label vector."""
+    def init(self, model: SparseGP, X, y, generator, weight=None) -> SEPState:
+        """θ̃ = 0 (q = prior); slot counts from the full label vector and the rows' weights [N] (None: 1 each)."""
         L, M = model.n_latent, model.n_inducing
         dt, dev = model.Z.dtype, model.Z.device
         if y is None:
             counts = torch.ones(L, dtype=dt, device=dev)
-        elif self.factor == "pairwise":
-            counts = self.counts_from_classes(torch.bincount(y, minlength=L).to(dt).to(dev))
+        elif self.factor == "pairwise":          # from the (weighted) rows per class, N_l = Σ_{i: y_i = l} w_i
+            counts = self.counts_from_classes(torch.bincount(y, weights=weight, minlength=L).to(dt).to(dev))
         else:
-            counts = torch.full((L,), float(y.shape[0]), dtype=dt, device=dev)
+            counts = torch.full((L,), float(y.shape[0] if weight is None else weight.sum()), dtype=dt, device=dev)
         return SEPState(Lam=torch.zeros(L, M, M, dtype=dt, device=dev), h=torch.zeros(L, M, dtype=dt, device=dev),
-                        counts=counts)
+                        counts=counts, w=None if weight is None else weight.detach().clone())
 
     def counts_from_classes(self, N_l: torch.Tensor) -> torch.Tensor:
-        """Slot counts n_l [L] from the points per class N_l [L] (what a streamed fit knows up front).
+        """Slot counts n_l [L] from the points per class N_l [L] (what a streamed fit knows up front; weighted
+        points: their weights' sums).
 
         Pairwise factors (eq. 6): N_l(C−1) + (N − N_l) — slot_counts without the O(N·C) factor table;
         likelihood factors: N on every latent."""
@@ -131,20 +141,21 @@ class SEP(Engine):
         return torch.full_like(N_l, float(N_l.sum()))
 
     @torch.no_grad()
-    def carry(self, model: SparseGP, state: SEPState, X, y, keep: torch.Tensor) -> SEPState:
-        """The state for a new training set (a warm start; ``keep`` as in ``ep.EP.carry``, unused here).
+    def carry(self, model: SparseGP, state: SEPState, X, y, keep: torch.Tensor, weight=None) -> SEPState:
+        """The state for a new training set (a warm start; ``keep`` as in ``ep.EP.carry``, unused here; ``weight``
+        the new rows' weights or None).
 
         The tied site is n_l copies of one average site (§2.3.1): with the new slot counts n'_l it
         becomes n'_l copies, θ̃_l ← θ̃_l · n'_l / n_l. The damping clock restarts."""
-        return self.rescale(state, self.init(model, None, y, None).counts)
+        fresh = self.init(model, None, y, None, weight)
+        return replace(self.rescale(state, fresh.counts), w=fresh.w)
 
     @torch.no_grad()
     def rescale(self, state: SEPState, counts: torch.Tensor) -> SEPState:
         """The tied site for new slot counts n'_l [L]: θ̃_l · n'_l / n_l (what ``carry`` does; a streamed warm
         start knows only the class counts)."""
         scale = counts / state.counts.clamp_min(1.0)
-        return SEPState(Lam=state.Lam * scale[:, None, None], h=state.h * scale[:, None], counts=counts,
-                        skipped=state.skipped, redamped=state.redamped)
+        return replace(state, Lam=state.Lam * scale[:, None, None], h=state.h * scale[:, None], counts=counts, step=0.0)
 
     @staticmethod
     def _cavity_precision(state: SEPState, P: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,7 +172,7 @@ class SEP(Engine):
         parallel training) sums the increment over the ranks in place before it is applied."""
         Lk, V, s = detached_geometry(model, X, geometry)     # one factorisation of K_uu for the whole step
         state, P, b = self._restore(state, Lk)  # and one whitened precision of the tied site
-        inc = self.increment(model, state, X, y, Lk, Pb=(P, b), Vs=(V, s))
+        inc = self.increment(model, state, X, y, Lk, idx=idx, Pb=(P, b), Vs=(V, s))
         if reduce is not None:
             reduce(inc)
         return self.apply(model, state, inc, Lk, restored=True, P0=P)
@@ -194,23 +205,25 @@ class SEP(Engine):
 
     @torch.no_grad()
     def increment(self, model: SparseGP, state: SEPState, X, y, Lk: torch.Tensor | None = None, *,
-                  Pb: tuple[torch.Tensor, torch.Tensor] | None = None,
+                  idx: torch.Tensor | None = None, Pb: tuple[torch.Tensor, torch.Tensor] | None = None,
                   Vs: tuple[torch.Tensor, torch.Tensor] | None = None) -> SEPIncrement:
-        """The minibatch's sums Σ θ_new and slot counts n_{B,l}: additive over disjoint shards of a
-        minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``.
-        ``Pb``, ``Vs``: the tied site's whitened precision and linear term under ``Lk``, and ``directions(model,
-        X, Lk)``, if the caller has them."""
+        """The minibatch's sums Σ w_i θ_new and slot counts n_{B,l}: additive over disjoint shards of a
+        minibatch, so data-parallel training all-reduces them (``distributed``) before ``apply``. ``idx``: the
+        minibatch's rows of the data set (their weights; all rows when None). ``Pb``, ``Vs``: the tied site's
+        whitened precision and linear term under ``Lk``, and ``directions(model, X, Lk)``, if the caller has them."""
         fac = self.factors(model, y)
         Lk = model.chol_Kuu() if Lk is None else Lk
         V, s = directions(model, X, Lk) if Vs is None else Vs
         c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s, Pb)
         L = model.n_latent
-        d1, d2 = per_latent(c1, fac.latent, L), per_latent(c2, fac.latent, L)
+        w = rows_of(state.w, idx)
+        d1, d2 = per_latent(c1, fac.latent, L, w), per_latent(c2, fac.latent, L, w)
         used = (ok[..., None].expand_as(fac.latent)).to(V.dtype)
-        slots = fac.mask[..., None].expand(fac.latent.shape).sum()
-        counts = torch.stack([(fac.mask & ~ok).sum(), fac.mask.sum(), slots]).to(V.dtype)
+        slot = fac.mask[..., None].expand(fac.latent.shape).to(V.dtype)
+        slots = per_latent(slot, fac.latent, L, w).sum()
+        counts = torch.stack([(fac.mask & ~ok).sum().to(V.dtype), fac.mask.sum().to(V.dtype), slots])
         return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(d2[..., None] * V).sum(1),
-                            n_b=per_latent(used, fac.latent, L).sum(1), counts=counts)
+                            n_b=per_latent(used, fac.latent, L, w).sum(1), counts=counts)
 
     @torch.no_grad()
     def apply(self, model: SparseGP, state: SEPState, inc: SEPIncrement, Lk: torch.Tensor | None = None,
@@ -239,9 +252,8 @@ class SEP(Engine):
         if rho is None:
             return replace(state, step=state.step + passes, skipped=state.skipped + n_factors,
                            redamped=state.redamped + redamped)
-        return SEPState(Lam=state.Lam + rho[:, None, None] * dLam, h=state.h + rho[:, None] * dh,
-                        counts=state.counts, step=state.step + passes, skipped=state.skipped + skipped,
-                        redamped=state.redamped + redamped)
+        return replace(state, Lam=state.Lam + rho[:, None, None] * dLam, h=state.h + rho[:, None] * dh,
+                       step=state.step + passes, skipped=state.skipped + skipped, redamped=state.redamped + redamped)
 
     @torch.no_grad()
     def _local_sites(self, model: SparseGP, state: SEPState, fac: Factors, Lk: torch.Tensor, V, s, Pb=None):
@@ -267,8 +279,10 @@ class SEP(Engine):
 
     def loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None, *, geometry=None) -> torch.Tensor:
         """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading;
-        ``geometry``: this step's ``geometry(model, X)`` at the current parameters, if the caller formed it."""
+        ``geometry``: this step's ``geometry(model, X)`` at the current parameters, if the caller formed it. Each
+        row's terms count w_i times (its weight, from the rows ``idx``)."""
         fac = self.factors(model, y)
+        w = rows_of(state.w, idx)
         if self.log_z == "local":
             sites = TiedSites(state.Lam, state.h)
             Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)   # differentiable, eq. (62)
@@ -287,7 +301,7 @@ class SEP(Engine):
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
-                           LPb=(LP, b), R=R, current=True)
+                           LPb=(LP, b), R=R, current=True, weight=w)
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
         P, b = whitened_precision(Lk, sites)
@@ -300,8 +314,12 @@ class SEP(Engine):
         zeros = torch.zeros(fac.latent.shape, dtype=V.dtype, device=V.device)
         mean_cav, var_cav, _, _ = cavity_projection(cav, V, V, zeros, zeros, fac.latent)
         logZ = fac.log_Z(mean_cav, var_cav + gather(s, fac.latent)).masked_fill(~fac.mask, 0.0)
-        gsum = (G[fac.latent] * fac.mask[..., None]).sum()
-        return -(global_term + (n_total / X.shape[0]) * (logZ.sum() + gsum))
+        gterms = G[fac.latent] * fac.mask[..., None]                          # [B,F,T]
+        if w is None:
+            local = logZ.sum() + gterms.sum()
+        else:                                                                 # each row's terms w_i times
+            local = (w * (logZ.sum(-1) + gterms.sum((-2, -1)))).sum()
+        return -(global_term + (n_total / X.shape[0]) * local)
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: SEPState) -> InducingPosterior:
@@ -352,14 +370,17 @@ def _gw(P: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     return 0.5 * (a * a).sum(-1) - torch.log(LP.diagonal(dim1=-2, dim2=-1)).sum(-1), LP, mean
 
 
-def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: float) -> torch.Tensor:
+def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: float,
+                weight: torch.Tensor | None = None, n_factors: float | None = None) -> torch.Tensor:
     """Power-EP energy with tied factors, alpha eq. (8): log Z_q estimated on a minibatch.
 
         log Z_q = g(θ) − g(θ_prior) + (1/α) Σ_i [log E_{q^{\\α}}[p(y_i|f_i)^α] + g(θ^{\\α}) − g(θ)],
     with the cavity θ^{\\α} = θ_prior + (1 − α/N) θ̃ the same for every point. Differentiable in the
-    factor and the hyper-parameters. Returns a scalar.
+    factor and the hyper-parameters. Returns a scalar. With row weights w [B] (``weight``), row i's term
+    counts w_i times and N is the number of factors ``n_factors`` = W = Σ_i w_i over all rows (None: n_total);
+    the minibatch's sum is scaled by n_total/|B| either way.
     """
-    N = n_total
+    N = n_total if n_factors is None else n_factors
     c = 1.0 - alpha / N
     # The M×M algebra runs in float64 whatever the model's dtype: N(g(θ^{\α}) − g(θ))/α multiplies the
     # difference of two nearly equal log-normalisers by N/α (1.2·10⁵ on MNIST at α = 0.5), more than
@@ -377,40 +398,48 @@ def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: 
     S = solve_lower(L_cav, A)                                            # cavity cov = L_cav⁻ᵀL_cav⁻¹
     mean = (A * mean_cav[..., None]).sum(-2)
     var = kdiag - (A * A).sum(-2) + (S * S).sum(-2)
-    local = model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha).sum()
-    return gauss + (N / X.shape[0]) * local / alpha
+    local = model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha)
+    local = local.sum() if weight is None else (weight * local).sum()
+    return gauss + (n_total / X.shape[0]) * local / alpha
 
 
 @dataclass
 class APEPState:
-    """The trainable tied factor."""
+    """The trainable tied factor, and the training rows' weights ``w`` [N] (None: 1 each)."""
 
     factor: TiedFactor
+    w: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class APEP(Engine):
     """Settings of APEP: the power α in (0, 1]."""
 
-    capabilities: ClassVar[Capabilities] = Capabilities(streamable=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, weighted=True)
     alpha: float = 0.5
 
     def __post_init__(self):
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
 
-    def init(self, model: SparseGP, X, y, generator) -> APEPState:
-        """q starts near the prior (T = 0.1·I, b = 0)."""
-        return APEPState(TiedFactor(model.n_latent, model.n_inducing, dtype=model.Z.dtype, device=model.Z.device))
+    def init(self, model: SparseGP, X, y, generator, weight=None) -> APEPState:
+        """q starts near the prior (T = 0.1·I, b = 0); ``weight``: the rows' weights [N] (None: 1 each)."""
+        return APEPState(TiedFactor(model.n_latent, model.n_inducing, dtype=model.Z.dtype, device=model.Z.device),
+                         w=None if weight is None else weight.detach().clone())
+
+    def carry(self, model, state: APEPState, X, y, keep, weight=None) -> APEPState:
+        """A warm start keeps the tied factor as it is (it enters the energy as a whole; N only sets the cavity),
+        with the new rows' weights."""
+        return replace(state, w=None if weight is None else weight.detach().clone())
 
     def update(self, model, state, X, y, n_total, idx=None, *, geometry=None) -> APEPState:
-        """No closed-form step: the factor is optimised by gradient with the hyper-parameters. A warm start
-        keeps the tied factor as it is (``Engine.carry``: it enters the energy as a whole; N only sets the cavity)."""
+        """No closed-form step: the factor is optimised by gradient with the hyper-parameters."""
         return state
 
     def loss(self, model, state, X, y, n_total, idx=None, *, geometry=None) -> torch.Tensor:
-        """−energy estimate (scalar, differentiable)."""
-        return -apep_energy(model, state.factor, X, y, n_total, self.alpha)
+        """−energy estimate (scalar, differentiable); the rows ``idx`` give the minibatch's weights."""
+        n_factors = None if state.w is None else float(state.w.sum())
+        return -apep_energy(model, state.factor, X, y, n_total, self.alpha, rows_of(state.w, idx), n_factors)
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: APEPState) -> InducingPosterior:

@@ -25,6 +25,16 @@ latent l, rank-one along v_il = K_l⁻¹ k_l(x_i) (eqs. 18–23):
   with only the direct dependence of log Z_f (through k_i, K and s_i, with the u-space cavity held
   fixed) — built here as a surrogate whose autograd gradient is exactly that; on a minibatch the
   factor sum is scaled by N/|B| (eq. 12).
+* Row weights (``engine``): a point of weight w stores one copy's sites (c1, c2) and contributes them raised to
+  the power w, w·(c1, c2) along each v_il (``per_latent``), and w times its factor terms to log Z_q. Its cavity
+  removes a = min(α, w) copies' worth (``removed_power``). For w ≥ α that is one copy's α: for integer w, (Power)
+  EP on the data with the row repeated w times, whose copies share one cavity and so, updated in parallel, one
+  site. For w < α, removing α copies from q, which holds w of them, can leave an improper cavity (a site sharper
+  than what q holds along v_il): the cavity removes the whole row instead, and its site is the factor's site
+  against the cavity without the row, raised to the power w. With a Gaussian likelihood, whose site is the
+  factor itself against any cavity, both give the exact posterior ∝ p(u) Π_i p(y_i|f_i)^{w_i}. A row's term of
+  log Z_q is then (w/α)[log Z_f + g(θ^{\\f}) − g(θ^{\\f} + α θ̃_f)], θ^{\\f} its cavity and θ̃_f its one-copy
+  site: for a ≥ α, θ^{\\f} + α θ̃_f = θ and this is w times a copy's term of eqs. 57–61.
 * Damping guard: a damped step is affine in the damping ρ, so the largest ρ that keeps q (and a
   cavity) positive definite is exact (``pd_step_limit``); ``pd_damping`` caps ρ at a margin of it
   (``PD_MARGIN``, ``PD_MARGIN_POWER`` for α < 1) and ``annealed_damping`` is the schedule of App. E.
@@ -46,7 +56,7 @@ from .sparse import SparseGP
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "FACTOR_KINDS", "make_factors", "per_latent",
            "TiedSites", "QState", "is_pd", "pd_step_limit", "PD_MARGIN", "PD_MARGIN_POWER", "pd_damping",
            "whitened_precision", "q_state", "q_from_precision", "directions", "gather", "cavity_projection",
-           "site_update", "g_difference", "g_whitened", "log_Zq", "annealed_damping"]
+           "site_update", "g_difference", "g_whitened", "log_Zq", "annealed_damping", "removed_power"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,9 +117,12 @@ def make_factors(kind: str, model: SparseGP, y: torch.Tensor, alpha: float = 1.0
     return likelihood_factors(model.likelihood, y, alpha)
 
 
-def per_latent(c: torch.Tensor, latent: torch.Tensor, n_latent: int) -> torch.Tensor:
-    """Sum slot values c [B,F,T] over the slots of each (point, latent): [L,B]."""
+def per_latent(c: torch.Tensor, latent: torch.Tensor, n_latent: int, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum slot values c [B,F,T] over the slots of each (point, latent): [L,B]; with row weights w [B], w_i times
+    point i's sum (its sites raised to the power w_i: the product of all sites is Π_i φ̃_i^{w_i})."""
     B = c.shape[0]
+    if weight is not None:
+        c = c * weight[:, None, None]
     out = torch.zeros(B, n_latent, dtype=c.dtype, device=c.device)
     out.scatter_add_(1, latent.reshape(B, -1), c.reshape(B, -1))
     return out.T
@@ -276,6 +289,14 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
     return mean_cav, var_cav, m_o, s_oo
 
 
+def removed_power(alpha: float, weight: torch.Tensor | None):
+    """The power a = min(α, w) of its one-copy site that each row's cavity removes (module docstring: row weights):
+    α without weights (a number), else [B,1,1] for the slots [B,F,T] of rows of weight w [B]."""
+    if weight is None:
+        return alpha
+    return weight.clamp(max=alpha)[:, None, None]
+
+
 def site_update(factors: Factors, mean_cav: torch.Tensor, var_cav: torch.Tensor, s: torch.Tensor,
                 alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """New rank-one site parameters from moment matching (eqs. 39–55; alpha A.12–A.21).
@@ -330,7 +351,7 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
            q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
            LPb: tuple[torch.Tensor, torch.Tensor] | None = None, R: torch.Tensor | None = None,
-           current: bool = False) -> torch.Tensor:
+           current: bool = False, weight: torch.Tensor | None = None) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
@@ -342,6 +363,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
             ``whitened_precision(Lk, sites)`` with its linear term (differentiable); R: V @ q.W
             (differentiable in V); current: V_old is V detached and q.W is
             detached (so R serves both; otherwise they are compared, outside ``torch.compile``).
+        weight: the minibatch rows' weights [B] (None: 1 each); a row's factor terms count w times, its cavity
+            removes ``removed_power`` of its site (module docstring: row weights).
     Returns:
         A scalar whose value is the estimate of log Z_q and whose gradient w.r.t. the model's
         hyper-parameters is eq. (62): the direct dependence of each log Z_f, the u-space cavity fixed.
@@ -353,7 +376,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
             q = q_state(model, sites, Lk.detach())
     V, s = directions(model, X, Lk) if Vs is None else Vs
     latent = factors.latent
-    ac1, ac2 = alpha * c1, alpha * c2
+    a = removed_power(alpha, weight)
+    ac1, ac2 = a * c1, a * c2
     R = V @ q.W if R is None else R
     # the stored directions are the current ones in a full-batch loss right after its update (and SEP's are
     # V detached): one product then serves both, where this took three [L,B,M]×[M,M] products
@@ -374,10 +398,20 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
         # a direction with no variance under q (k(x_i, Z) ≈ 0, e.g. a tiny length-scale) carries a
         # site that changes nothing: its term is the limit 0, not 0/0
         flat = (c1 == 0) | (s_oo <= torch.finfo(s_oo.dtype).tiny) | (vo_c <= torch.finfo(vo_c.dtype).tiny)
+        if weight is not None:
+            # a row of weight w < α: g(θ^{\f} + αθ̃_f) along V_old is not q's, but its cavity's with α sites added
+            partial = (weight < alpha)[:, None, None]
+            prec = 1.0 / vo_c.clamp_min(torch.finfo(vo_c.dtype).tiny) + alpha * c1
+            s_oo = torch.where(partial, 1.0 / prec, s_oo)
+            m_o = torch.where(partial, (mo_c / vo_c.clamp_min(torch.finfo(vo_c.dtype).tiny) + alpha * c2) / prec, m_o)
+            flat = flat | (s_oo <= torch.finfo(s_oo.dtype).tiny)
         gdiff = torch.where(flat, 0.0, _g1(mo_c, vo_c.clamp_min(torch.finfo(vo_c.dtype).tiny))
                             - _g1(m_o, s_oo.clamp_min(torch.finfo(s_oo.dtype).tiny))).sum(-1)
         gdiff = gdiff.masked_fill(~factors.mask, 0.0)
-    local = (logZ.sum() + gdiff.sum()) / alpha
+    if weight is None:
+        local = (logZ.sum() + gdiff.sum()) / alpha
+    else:                                   # each point's factor terms [B] (eqs. 57–61), w_i times
+        local = (weight * (logZ + gdiff).sum(-1)).sum() / alpha
     return global_term + scale * local
 
 

@@ -40,27 +40,31 @@ class InducingPosterior:
 
 
 def init_inducing(X: np.ndarray | torch.Tensor, n_inducing: int, method: str = "kmeans",
-                  seed: int = 0) -> np.ndarray:
+                  seed: int = 0, sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Initial inducing inputs [M,D]: k-means centres (scikit-learn) or a random subset of X's rows.
 
     Args:
-        X: [N,D] training inputs; n_inducing: M ≤ N; method: "kmeans" or "random"; seed: integer seed.
+        X: [N,D] training inputs; n_inducing: M ≤ N; method: "kmeans" or "random"; seed: integer seed;
+        sample_weight: the rows' weights [N] (positive; None: 1 each): weighted k-means, or rows drawn with
+            probabilities proportional to them.
     """
     X = np.asarray(X.detach().cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
     if not 1 <= n_inducing <= len(X):
         raise ValueError(f"n_inducing must be between 1 and the number of rows ({len(X)}), got {n_inducing}")
     rng = np.random.default_rng(seed)
+    p = None if sample_weight is None else sample_weight / sample_weight.sum()
     if method == "random":
-        return X[rng.choice(len(X), n_inducing, replace=False)].copy()
+        return X[rng.choice(len(X), n_inducing, replace=False, p=p)].copy()
     if method == "kmeans":
         from sklearn.cluster import KMeans
         from sklearn.exceptions import ConvergenceWarning
         import warnings
-        sub = X if len(X) <= 20000 else X[rng.choice(len(X), 20000, replace=False)]
+        rows = slice(None) if len(X) <= 20000 else rng.choice(len(X), 20000, replace=False)
         with warnings.catch_warnings():
             # duplicated rows can leave fewer distinct clusters than M; the centres are still valid
             warnings.simplefilter("ignore", ConvergenceWarning)
-            km = KMeans(n_clusters=n_inducing, n_init=1, random_state=seed, max_iter=100).fit(sub)
+            km = KMeans(n_clusters=n_inducing, n_init=1, random_state=seed, max_iter=100).fit(
+                X[rows], sample_weight=None if sample_weight is None else sample_weight[rows])
         return km.cluster_centers_.copy()
     raise ValueError(f"unknown inducing initialisation {method!r}; valid: 'kmeans', 'random'")
 

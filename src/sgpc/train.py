@@ -10,7 +10,8 @@ sign-adaptive rule, or L-BFGS for full-batch fits), a history of the objective/t
 progress bar (tqdm), and checkpoints that can be resumed (written and read by ``persist``).
 
 The optimiser minimises loss / N (per-datum scale, so learning rates and L-BFGS tolerances do
-not depend on N); the history records the objective itself (= −loss).
+not depend on N; with row weights, N is their sum W, the rows of the data they stand for); the history records
+the objective itself (= −loss).
 
 A step that goes too far — the next K_uu or q does not factorise, or the objective is not finite — is
 rejected, not fatal: the parameters go back to the last ones with a finite objective, every learning
@@ -208,13 +209,14 @@ class History:
         return dataclasses.asdict(self)
 
 
-def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: "TrainSettings") -> dict:
+def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: "TrainSettings",
+                 sample_weight: torch.Tensor | None = None) -> dict:
     """What a checkpoint must have been written for: the model's structure (module classes, a Matérn's ν,
     the engine and its α), the engine's settings and the caller's model structure (``model``), the
     optimiser and its rate schedule (``training``: the checkpoint carries the optimiser's state, which
     only the same optimiser can continue, and its own rates), and the data (rows and features; in memory
-    also a hash of X and y, so that other or reordered rows — whose per-row sites would attach to the
-    wrong rows — are refused on resume)."""
+    also a hash of X, y and the rows' weights, so that other or reordered rows — whose per-row sites would
+    attach to the wrong rows — or other weights are refused on resume)."""
     parts = [type(engine).__name__, str(getattr(engine, "alpha", None))]
     for name, mod in model.named_modules():
         parts.append(f"{name}:{type(mod).__name__}:{getattr(mod, 'nu', '')}")
@@ -224,6 +226,9 @@ def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: 
         h = hashlib.blake2b(digest_size=16)
         h.update(np.ascontiguousarray(X.detach().cpu().numpy()).tobytes())
         h.update(np.ascontiguousarray(y.detach().cpu().numpy()).tobytes())
+        if sample_weight is not None:
+            h.update(b"sample_weight")
+            h.update(np.ascontiguousarray(sample_weight.detach().cpu().double().numpy()).tobytes())
         data = {"n_rows": int(X.shape[0]), "n_features": int(X.shape[-1]), "hash": h.hexdigest()}
     return {"structure": "|".join(parts), "data": data, "model": f"{engine!r}|{settings.model_structure}",
             "training": {"optimizer": settings.optimizer, "learning_rate": float(settings.learning_rate),
@@ -303,7 +308,7 @@ def refresh(model: nn.Module, engine: Engine, state, X: torch.Tensor, y: torch.T
         state = engine.restore(model, state)
     total = None
     for a in range(0, X.shape[0], chunk):
-        inc = engine.increment(model, state, X[a:a + chunk], y[a:a + chunk])
+        inc = engine.increment(model, state, X[a:a + chunk], y[a:a + chunk], idx=idx[a:a + chunk])
         total = inc if total is None else dataclasses.replace(
             total, **{f.name: getattr(total, f.name) + getattr(inc, f.name) for f in dataclasses.fields(inc)})
     if comm is not None:
@@ -336,9 +341,9 @@ _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each
 
 
 def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None,
-          geometry=None, natural=(), prior=None) -> torch.Tensor:
-    """One optimiser step on the minibatch; returns the per-datum loss (before the step). ``loss_fn``: the
-    engine's ``loss`` or its compiled form.
+          geometry=None, natural=(), prior=None, per_datum: float | None = None) -> torch.Tensor:
+    """One optimiser step on the minibatch; returns the per-datum loss (before the step): the loss divided by
+    ``per_datum``, the rows' total weight (N when None). ``loss_fn``: the engine's ``loss`` or its compiled form.
 
     L-BFGS evaluates the objective up to 25 times in its line search. A feature extractor's forward pass
     moves its batch-normalisation statistics and draws new dropout masks each time: every evaluation
@@ -366,7 +371,7 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
         loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None)
         if prior is not None:
             loss = loss + prior.neg_log_density(model.kernel)
-        loss = loss / N
+        loss = loss / (N if per_datum is None else per_datum)
         if comm is not None:
             loss = loss * weight
         loss.backward()
@@ -484,7 +489,7 @@ def _check_fingerprint(where: str, written_for, fingerprint: dict) -> None:
     if written_for.get("data") != fingerprint["data"]:
         raise CheckpointError(f"{where} was written for other data "
                               f"({written_for.get('data')}; this fit: {fingerprint['data']}); resume on the same "
-                              "rows in the same order, or start afresh (resume=False)")
+                              "rows in the same order, with the same sample weights, or start afresh (resume=False)")
     if "training" in written_for:
         changed = {k: v for k, v in written_for["training"].items() if fingerprint["training"].get(k) != v}
         if changed:
@@ -656,7 +661,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
         generator: torch.Generator, validate: Callable[[nn.Module, object], dict] | None = None,
         resume: bool = False, callback: Callable[[int, float], None] | None = None, comm=None,
         buffer_blocks: int = 4, monitor: Callable[[nn.Module, object], float] | None = None,
-        prior: LogNormalPrior | None = None):
+        prior: LogNormalPrior | None = None, sample_weight: torch.Tensor | None = None):
     """Optimise the engine's objective over the model's hyper-parameters and the engine state, until the
     stopping rule (``TrainSettings.tol``, ``Convergence``) is met or the step budget is spent.
 
@@ -677,12 +682,16 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             stopping rule checks instead of the training objective (early stopping).
         prior: optional ``hyperprior.LogNormalPrior`` on the kernel's hyper-parameters: the loop maximises the
             engine's objective + log p(ξ) (the objective in the history includes it).
+        sample_weight: the rows' weights [N] that the engine's state was initialised with (``engine``: row
+            weights), or None (1 each): the checkpoints' fingerprint covers them, and their sum W replaces N as
+            the per-datum scale of the loss and of the objective the stopping rule checks.
     Returns:
         (state, History); ``History.converged`` says whether the stopping rule was met.
     """
     _check_checkpoint_path(settings, resume)
     N = _n_rows(X, y, settings)
     n_steps = settings.n_steps(N)
+    per_datum = float(N) if sample_weight is None else float(sample_weight.sum())   # the rows the data stand for
     natural = engine.natural_parameters(model, state)
     params = [p for p in engine.trainable(model, state) if all(p is not n for n in natural)]
     if natural and settings.optimizer == "lbfgs":
@@ -691,7 +700,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
     opt = _optimizer(settings, params)
     history, start, resumed = History(), 0, None
     z_scale = _inducing_step_scale(model, settings.optimizer)   # a resumed fit scales as its first part did
-    fingerprint = _fingerprint(model, engine, X, y, settings) if settings.checkpoint_path else None
+    fingerprint = _fingerprint(model, engine, X, y, settings, sample_weight) if settings.checkpoint_path else None
     if resume and settings.checkpoint_path and os.path.exists(settings.checkpoint_path):
         resumed = _resume(settings.checkpoint_path, model, engine, state, opt, generator, fingerprint, n_steps)
         state, history, start = resumed.state, resumed.history, resumed.start
@@ -740,15 +749,15 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
                 state = comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
             write_constants(model, engine, state)
             before = guard.snapshot()
-            per_datum = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params + natural, extractor,
-                              geometry, natural, prior)
+            per_datum_loss = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params + natural,
+                                   extractor, geometry, natural, prior, per_datum)
             if natural:
-                state = engine.natural_step(model, state, N)
+                state = engine.natural_step(model, state, per_datum)
             if z_scale is not None and z_index is not None:
                 with torch.no_grad():
                     Z, Z0 = params[z_index], before[z_index]
                     Z.copy_(Z0 + (Z - Z0) * z_scale)
-            objective = -float(per_datum.detach()) * N
+            objective = -float(per_datum_loss.detach()) * per_datum
             if not math.isfinite(objective):
                 raise _Diverged(f"the objective became {objective} at iteration {step + 1}")
         except (NotPositiveDefiniteError, _Diverged) as exc:
@@ -772,7 +781,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             _validation_row(validate, model, state, step + 1, history)
             t0 += time.perf_counter() - t_eval      # training time excludes validation
         t_check = time.perf_counter()
-        checked = rule.observe(objective / N, None if monitor is None else lambda: monitor(model, state))
+        checked = rule.observe(objective / per_datum, None if monitor is None else lambda: monitor(model, state))
         if monitor is not None:
             t0 += time.perf_counter() - t_check     # as validation: not training time
         if checked is not None:

@@ -19,7 +19,7 @@ from .train import COMPILE_MODES
 
 __all__ = ["check_params", "check_options", "capable", "DTYPES", "check_choice", "check_real", "check_flag", "unique_labels", "plain_value", "check_device", "check_finite",
            "check_predictions",
-           "validated", "check_data_parallel_extractor"]
+           "validated", "check_data_parallel_extractor", "check_sample_weight", "check_class_weight"]
 
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -78,6 +78,10 @@ def plain_value(name: str, value):
     be saved."""
     if name in ("kernel", "likelihood") and isinstance(value, torch.nn.Module):
         return spec(value)
+    if name == "class_weight" and isinstance(value, dict):
+        # its keys are labels, numbers as often as strings: [label, weight] pairs (``persist.current_params``)
+        return [[plain_value("a class_weight label", k.item() if isinstance(k, np.generic) else k),
+                 plain_value(f"class_weight[{k!r}]", v)] for k, v in value.items()]
     if isinstance(value, dict):
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
@@ -190,6 +194,42 @@ def validated(estimator, X, y=None, *, reset: bool, name: str = "X", when: str |
     check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"),
                  dtype=DTYPES.get(getattr(estimator, "dtype", "float64")))
     return out
+
+
+def check_sample_weight(sample_weight, n_rows: int) -> np.ndarray | None:
+    """``fit``'s ``sample_weight`` as a float64 array [N] (None stays None), after a ValueError unless it holds
+    one finite number ≥ 0 per row of X, not all 0. The argument is not modified."""
+    if sample_weight is None:
+        return None
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"sample_weight must hold numbers, one weight per row of X; got "
+                         f"{type(sample_weight).__name__} {str(sample_weight)[:60]}") from None
+    if w.ndim != 1:
+        raise ValueError(f"sample_weight must be one-dimensional, one weight per row of X; got shape {w.shape}")
+    if len(w) != n_rows:
+        raise ValueError(f"sample_weight has {len(w)} rows, X has {n_rows}; pass one weight per row")
+    if not np.isfinite(w).all():
+        n, shown = _rows(~np.isfinite(w), 0)
+        raise ValueError(f"sample_weight has NaN or infinity in {n} row(s), first: {shown}")
+    if (w < 0).any():
+        n, shown = _rows(w < 0, 0)
+        raise ValueError(f"sample_weight must be >= 0; it is negative in {n} row(s), first: {shown}")
+    if not (w > 0).any():
+        raise ValueError("sample_weight is zero for every row: at least one row needs a positive weight")
+    return w
+
+
+def check_class_weight(class_weight) -> None:
+    """A ValueError unless ``class_weight`` is None, "balanced" or a dict {label: weight} of finite weights ≥ 0
+    (whether its labels are y's is checked when fitting, ``weighting.class_weights``)."""
+    if class_weight is None or (isinstance(class_weight, str) and class_weight == "balanced"):
+        return
+    if not isinstance(class_weight, dict):
+        raise ValueError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, got {class_weight!r}")
+    for label, weight in class_weight.items():
+        check_real(f"class_weight[{label!r}]", weight, low=0.0, low_closed=True)
 
 
 def check_data_parallel_extractor(extractor) -> None:
@@ -315,6 +355,7 @@ def check_params(est) -> dict:
             or est.n_iter_no_change < 1:
         raise ValueError(f"n_iter_no_change must be a positive integer, got {est.n_iter_no_change!r}")
     check_flag("early_stopping", est.early_stopping)
+    check_class_weight(est.class_weight)
     check_real("validation_fraction", est.validation_fraction, low=0.0, high=1.0, high_closed=False)
     natgrad_lr = options["method_params"].get("natgrad_lr")
     if natgrad_lr is not None and not (caps.free_gaussian and est.optimizer != "lbfgs"):
