@@ -153,7 +153,7 @@ def test_the_fuzz_benchmark_draws_reproducible_problems_and_checks_them(tmp_path
 # the unpermuted problem, whatever the order the fit sees. The rest of a fit is sums over rows (the objective, its
 # gradient, EP's site totals, the initial length-scales' spread), which in another order round differently: by at
 # most ~N·ε ≈ 7e-15 relative at N = 30 (ε = 2.2e-16), and a few Adam steps or EP sweeps carry that through with
-# little growth (the largest change measured over 66 fits of these sizes, all 11 methods: 2.5e-13, rmgpc). 1e-10
+# little growth (the largest change measured over 6 problems of this size × 11 methods: 1.9e-13, vi). 1e-10
 # keeps ~3 orders of margin, and fails for any real order dependence: k-means on the permuted rows moved these
 # predictions by 0.02 (vi) to 0.4 (ep), and rows moved across minibatches by 0.008 to 0.09. (With
 # optimizer="lbfgs" the property does not hold to round-off: torch's strong-Wolfe line search can turn
