@@ -382,6 +382,12 @@ class Sum(nn.Module):
         """Total latent-noise variance, [L]."""
         return self.first.noise + self.second.noise
 
+    @property
+    def lengthscale(self) -> torch.Tensor:
+        """The smaller of the two terms' length-scales, element-wise: the finest scale the sum resolves each
+        input at, [L,D] (or [L,1] when neither term is ARD)."""
+        return torch.minimum(self.first.lengthscale, self.second.lengthscale)
+
     def forward(self, X1, X2):
         """[L,N,M]."""
         return self.first(X1, X2) + self.second(X1, X2)
