@@ -152,8 +152,8 @@ def test_the_fuzz_benchmark_draws_reproducible_problems_and_checks_them(tmp_path
 # the same ones reordered; docs/reliability.md), so these fits are given their inducing inputs: the first rows of
 # the unpermuted problem, whatever the order the fit sees. The rest of a fit is sums over rows (the objective, its
 # gradient, EP's site totals, the initial length-scales' spread), which in another order round differently: by at
-# most ~N·ε ≈ 7e-15 relative at N = 30 (ε = 2.2e-16), and a few Adam steps or EP sweeps carry that through with
-# little growth (the largest change measured over 6 problems of this size × 11 methods: 1.9e-13, vi). 1e-10
+# most ~N·ε ≈ 7e-15 relative at N = 30 (ε = 2.2e-16), and a few Adam or Rprop steps or EP sweeps carry that
+# through with little growth (the largest change measured over 6 problems of this size × 11 methods: 1.9e-13, vi). 1e-10
 # keeps ~3 orders of margin, and fails for any real order dependence: k-means on the permuted rows moved these
 # predictions by 0.02 (vi) to 0.4 (ep), and rows moved across minibatches by 0.008 to 0.09. (With
 # optimizer="lbfgs" the property does not hold to round-off: torch's strong-Wolfe line search can turn
@@ -169,14 +169,14 @@ def _order_problem():
 
 def _fit_with_inducing(Z, X, y, **opts) -> GPClassifier:
     """A fit whose inducing inputs start at Z [M,D] (``inducing_params`` offers only k-means and random rows)."""
-    with mock.patch.object(sgpc.fitting, "init_inducing", lambda H, M, init, seed: Z.copy()), \
+    with mock.patch.object(sgpc.fitting, "init_inducing", lambda H, M, init, seed, **kw: Z.copy()), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return GPClassifier(**opts).fit(X, y)
 
 
 def _order_options(method: str, **kw) -> dict:
-    # Adam (the default optimizer) for every method, full-batch ones included: see TOL_ORDER
+    # each method's default optimizer (Rprop for full-batch ep, Adam for the others): see TOL_ORDER
     return dict(method=method, n_inducing=ORDER_M, max_iter=4, random_state=0, **kw)
 
 
