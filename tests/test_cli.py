@@ -397,6 +397,9 @@ def test_fit_options_become_estimator_arguments():
     assert params["method_params"] == {"alpha": 0.3} and params["likelihood_params"] == {"epsilon": 0.01}
     assert params["tol"] is None and params["verbose"] == 1 and params["random_state"] == 0
     assert "kernel_params" not in params                     # no kernel flag given: the estimator's defaults
+    for flag, scale in (("none", None), ("0.5", 0.5)):     # "none": the papers' ML-II, no prior
+        args = cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt", "--prior-scale", flag])
+        assert cli._estimator_params(args)["kernel_params"] == {"prior_scale": scale}
     defaults = cli._estimator_params(cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt"]))
     from sgpc import GPClassifier
     expected = {k: v for k, v in GPClassifier().get_params().items() if k in defaults}

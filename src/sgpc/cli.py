@@ -102,6 +102,12 @@ def _tol(value: str) -> float | None:
     return None if value.lower() == "none" else float(value)
 
 
+def _number_or_none(value: str) -> float | str:
+    """--prior-scale: a number, or "none" (kept as the word: a group's key is passed only when given, and
+    "none" is given — ``Option.convert`` makes it None)."""
+    return "none" if value.lower() == "none" else float(value)
+
+
 @dataclass(frozen=True)
 class Option:
     """One ``fit`` option: its flag, where its value goes in ``GPClassifier`` and its argparse settings.
@@ -176,6 +182,10 @@ FIT_OPTIONS: tuple[Option, ...] = (
            f"{LIKELIHOOD_OPTIONS['epsilon']})", dict(type=float, metavar="EPS")),
     Option("--init-lengthscale", "kernel_params.init_lengthscale", "initial length-scale, every feature "
            "(default: from each feature's spread)", dict(type=float, metavar="L")),
+    Option("--prior-scale", "kernel_params.prior_scale", "scale of the log-normal prior on the length-scales and "
+           "amplitudes, around their initial values; 'none': no prior, the papers' ML-II (default: the method's, "
+           "2 for ep and none for the others)", dict(type=_number_or_none, metavar="S"),
+           convert=lambda v: None if v == "none" else v),
     Option("--shared-kernel", "kernel_params.shared_kernel", "one set of kernel hyper-parameters for all latent "
            f"functions (default: {KERNEL_OPTIONS['shared_kernel']}, one per latent)",
            dict(action="store_const", const=True)),
@@ -186,11 +196,11 @@ def _estimator_params(args) -> dict:
     """The ``GPClassifier`` arguments that the ``fit`` options ``args`` give (``FIT_OPTIONS``)."""
     params: dict = {}
     for opt in FIT_OPTIONS:
-        value = getattr(args, opt.dest)
-        value = value if opt.convert is None else opt.convert(value)
+        given = getattr(args, opt.dest)
+        value = given if opt.convert is None else opt.convert(given)
         if "." not in opt.target:
             params[opt.target] = value
-        elif value is not None:
+        elif given is not None:
             group, key = opt.target.split(".")
             params.setdefault(group, {})[key] = value
     return params
