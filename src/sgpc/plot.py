@@ -36,6 +36,17 @@ def _pyplot():
     return plt
 
 
+def _decision_boundary_display(**kwargs):
+    """scikit-learn's ``DecisionBoundaryDisplay`` from its keyword arguments; ``n_classes`` (scikit-learn ≥ 1.7: the
+    colours of a multi-class response) is left out where the installed version does not take it (1.6: one colour
+    map, which ``BoundaryDisplay`` sets anyway)."""
+    import inspect
+    from sklearn.inspection import DecisionBoundaryDisplay
+    if "n_classes" not in inspect.signature(DecisionBoundaryDisplay).parameters:
+        kwargs.pop("n_classes", None)
+    return DecisionBoundaryDisplay(**kwargs)
+
+
 def _axes(ax):
     """ax, or the axes of a new figure."""
     if ax is None:
@@ -176,7 +187,6 @@ class BoundaryDisplay:
 
     def plot(self, ax=None, *, cmap: str = "Greys", alpha: float = 0.8, colorbar: bool = True) -> "BoundaryDisplay":
         """Draw on ``ax`` (None: a new figure). Returns self."""
-        from sklearn.inspection import DecisionBoundaryDisplay
         ax = _axes(ax)
         plt = _pyplot()
         C = self.proba.shape[-1]
@@ -184,15 +194,15 @@ class BoundaryDisplay:
         score = metrics.predictive_entropy(flat) if self.uncertainty == "entropy" else metrics.variation_ratio(flat)
         self.uncertainty_ = score.reshape(self.xx0.shape)
         top = np.log(C) if self.uncertainty == "entropy" else 1.0 - 1.0 / C
-        shade = DecisionBoundaryDisplay(xx0=self.xx0, xx1=self.xx1, n_classes=2, response=self.uncertainty_,
-                                        xlabel=self.xlabel, ylabel=self.ylabel)
+        shade = _decision_boundary_display(xx0=self.xx0, xx1=self.xx1, n_classes=2, response=self.uncertainty_,
+                                           xlabel=self.xlabel, ylabel=self.ylabel)
         shade.plot(ax=ax, plot_method="contourf", cmap=cmap, alpha=alpha, levels=np.linspace(0.0, top, 11))
         self.surface_ = shade.surface_
         label = "predictive entropy (nats)" if self.uncertainty == "entropy" else "variation ratio 1 − max p"
         self.colorbar_ = ax.figure.colorbar(self.surface_, ax=ax, label=label) if colorbar else None
         # the boundaries: where the most probable class changes (levels between consecutive indices)
-        regions = DecisionBoundaryDisplay(xx0=self.xx0, xx1=self.xx1, n_classes=max(C, 2),
-                                          response=self.proba.argmax(axis=-1))
+        regions = _decision_boundary_display(xx0=self.xx0, xx1=self.xx1, n_classes=max(C, 2),
+                                             response=self.proba.argmax(axis=-1))
         # (scikit-learn draws multi-class boundaries in black and rejects colours; two classes need them)
         black = {"colors": "black"} if C == 2 else {}
         regions.plot(ax=ax, plot_method="contour", levels=np.arange(C - 1) + 0.5, linewidths=1.5, **black)
