@@ -307,6 +307,8 @@ def test_resume_on_other_rows_or_another_kernel_is_refused(tmp_path):
             GPClassifier(max_iter=8, **kw).fit(Xr, yr, **run, resume=True)
     with pytest.raises(CheckpointError, match="another model"):
         GPClassifier(max_iter=8, kernel="matern52", **kw).fit(X, y, **run, resume=True)
+    with pytest.raises(CheckpointError, match="another model"):         # another objective: log Z_q + log p(ξ)
+        GPClassifier(max_iter=8, kernel_params={"prior_scale": None}, **kw).fit(X, y, **run, resume=True)
     GPClassifier(max_iter=8, **kw).fit(X, y, **run, resume=True)          # the same rows resume
 
 

@@ -114,7 +114,9 @@ def train_settings(p: dict, run: dict) -> TrainSettings:
                          lr_decay=p["optimizer_params"]["lr_decay"], max_iter=p["max_iter"], n_epochs=p["n_epochs"],
                          batch_size=p["batch_size"], checkpoint_path=run["checkpoint_path"],
                          checkpoint_every=run["checkpoint_every"], eval_every=run["eval_every"],
-                         progress=bool(p["verbose"]), model_structure=repr(structure(p, with_device=False)),
+                         progress=bool(p["verbose"]),
+                         # the hyper-parameter prior is part of the objective a checkpoint's fit was maximising
+                         model_structure=repr((structure(p, with_device=False), p["kernel_params"]["prior_scale"])),
                          compile=p["compile"], tol=p["tol"], n_iter_no_change=p["n_iter_no_change"])
 
 
