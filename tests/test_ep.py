@@ -355,3 +355,30 @@ def test_power_ep_keeps_updating_when_one_latent_function_no_longer_sees_the_ind
         assert not torch.equal(st.c1[:, 0, 0], before[:, 0, 0])          # latent 0's slots moved
     post = ep.posterior(model, st)
     assert torch.isfinite(post.mean).all() and torch.isfinite(post.chol).all()
+
+
+@pytest.mark.parametrize("factor,alpha", [("pairwise", 1.0), ("likelihood", 1.0), ("likelihood", 0.5)])
+def test_a_full_batch_update_first_moves_every_site_to_the_current_directions(factor, alpha):
+    # After a hyper-parameter step a full-batch update rebuilds θ̃ with every site along the current directions
+    # and takes the cavities from that q. It must equal the general (minibatch) path run on a state whose sites
+    # were moved there first; the general path is taken for the same rows given in another order.
+    model, X, y = classification_problem(N=20)
+    ep = EP(alpha=alpha, factor=factor, damping=0.7, decay=1.0)
+    st = run_ep(model, X, y, 20, alpha=alpha, factor=factor)[1]
+    with torch.no_grad():
+        model.kernel.raw_lengthscale.add_(0.3)                 # a hyper-parameter step: the directions change
+    fac = ep.factors(model, y)
+    _, V, _ = ep_module.fresh_geometry(model, X)
+    moved = ep_module.EPState(*(t.clone() for t in (st.Lam, st.h, st.c1, st.c2, st.V)), step=st.step, y=st.y)
+    moved.V = V.transpose(0, 1).clone()
+    moved.Lam, moved.h = ep_module._sites_along(V, st.c1, st.c2, fac.latent, model.n_latent)
+    assert not torch.allclose(moved.Lam, st.Lam)              # the step moved the sites
+    full = ep.update(model, st, X, y, len(X))
+    order = torch.arange(len(X)).flip(0)
+    general = ep.update(model, moved, X[order], y[order], len(X), order)
+    for a, b in [(full.Lam, general.Lam), (full.h, general.h), (full.c1, general.c1), (full.c2, general.c2)]:
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+    # and the tied product is the sum of the stored sites along the stored directions
+    Lam, h = ep_module._sites_along(full.V.transpose(0, 1), full.c1, full.c2, fac.latent, model.n_latent)
+    torch.testing.assert_close(full.Lam, Lam, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(full.h, h, rtol=1e-9, atol=1e-10)

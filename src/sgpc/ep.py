@@ -153,7 +153,7 @@ class EP(Engine):
         d1, d2 = per_latent(c1, latent, L, w), per_latent(c2, latent, L, w)   # [L,N']
         Vt = V.transpose(0, 1)                                          # [L,N',M]
         Lam = Vt.mT @ (d1[..., None] * Vt)
-        return EPState(Lam=0.5 * (Lam + Lam.mT), h=(d2[..., None] * Vt).sum(1), c1=c1, c2=c2, V=V,
+        return EPState(Lam=0.5 * (Lam + Lam.mT), h=_sum_along(d2, Vt), c1=c1, c2=c2, V=V,
                        skipped=state.skipped, redamped=state.redamped, y=y.detach().clone(), w=w)
 
     def _damping(self, step: float) -> float:
@@ -189,7 +189,7 @@ class EP(Engine):
             c2 = torch.where(neg, gamma * state.c2, state.c2)
             d1, d2 = per_latent(c1, latent, L, state.w), per_latent(c2, latent, L, state.w)   # [L,N]
             Lam = Vt.mT @ (d1[..., None] * Vt)
-            h = (d2[..., None] * Vt).sum(1)
+            h = _sum_along(d2, Vt)
             if is_pd(whitened_precision(Lk, TiedSites(Lam, h))[0]):
                 break
         return replace(state, Lam=0.5 * (Lam + Lam.mT), h=h, c1=c1, c2=c2, redamped=state.redamped + 1)
@@ -202,12 +202,21 @@ class EP(Engine):
         idx = torch.arange(X.shape[0], device=X.device) if idx is None else idx
         fac = self.factors(model, y)
         Lk, V, s = detached_geometry(model, X, geometry)   # one factorisation of K_uu; V [L,B,M], s [L,B]
+        w = rows_of(state.w, idx)                          # [B] or None: the power of each row's sites
+        every_row = _every_row(state, idx)
+        if every_row:
+            # Full batch: every site is updated now, so θ̃ is first rebuilt with all sites along the current
+            # directions — the q of the current hyper-parameters, whose sites are functions of them (eq. 62) —
+            # and each cavity removes its site along the direction it projects on. Three [L,N,M] products
+            # (θ̃₀, the projections, Δθ̃) where moving the sites one by one took five.
+            state.V[idx] = V.transpose(0, 1)
+            Lam0, h0 = _sites_along(V, state.c1[idx], state.c2[idx], fac.latent, model.n_latent, w)
+            state = replace(state, Lam=Lam0, h=h0)
         state = self.restore(model, state, Lk)
         sites = TiedSites(state.Lam, state.h)
         q = q_state(model, sites, Lk)
-        V_old = state.V[idx].transpose(0, 1)
+        V_old = V if every_row else state.V[idx].transpose(0, 1)
         c1_old, c2_old = state.c1[idx], state.c2[idx]
-        w = rows_of(state.w, idx)                          # [B] or None: the power of each row's sites
         a = self.alpha
         # the cavity removes α of one copy's site, or the whole row when its weight is less (``sites.removed_power``)
         removed = removed_power(a, w)
@@ -231,9 +240,12 @@ class EP(Engine):
             dLam = V.mT @ (dd1[..., None] * V)
             dP = q.Lk.mT @ dLam @ q.Lk
             P0, _ = whitened_precision(q.Lk, TiedSites(Lam0, h0))
-            return c1_t, c2_t, 0.5 * (dLam + dLam.mT), (dd2[..., None] * V).sum(1), P0, 0.5 * (dP + dP.mT)
+            return c1_t, c2_t, 0.5 * (dLam + dLam.mT), _sum_along(dd2, V), P0, 0.5 * (dP + dP.mT)
 
-        Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent, w)
+        if every_row:
+            Lam0, h0 = state.Lam, state.h
+        else:
+            Lam0, h0 = _replace_sites(state.Lam, state.h, V_old, V, c1_old, c2_old, c1_old, c2_old, fac.latent, w)
         c1_t, c2_t, dLam, dh, P0, dP = step_terms(Lam0, h0, c1_old, c2_old)
         rho0 = torch.full((L,), self._damping(state.step), dtype=P0.dtype, device=P0.device)
         margin = site_algebra.PD_MARGIN if self.alpha == 1.0 else site_algebra.PD_MARGIN_POWER
@@ -286,10 +298,28 @@ class EP(Engine):
         return list(model.parameters())
 
 
+def _every_row(state: EPState, idx: torch.Tensor) -> bool:
+    """Whether the minibatch idx is every training row in order (a full-batch step)."""
+    n = state.c1.shape[0]
+    return idx.shape[0] == n and bool((idx == torch.arange(n, device=idx.device)).all())
+
+
+def _sum_along(d: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """Σ_i d_li v_il [L,M] for d [L,B] and directions V [L,B,M] (one matrix-vector product per latent)."""
+    return (d[:, None, :] @ V)[:, 0, :]
+
+
+def _sites_along(V, c1, c2, latent, n_latent: int, weight=None):
+    """θ̃ = (Λ̃, h̃) of the sites (c1, c2) [B,F,T] along the directions V [L,B,M], each point's w times."""
+    d1, d2 = per_latent(c1, latent, n_latent, weight), per_latent(c2, latent, n_latent, weight)   # [L,B]
+    Lam = V.mT @ (d1[..., None] * V)
+    return 0.5 * (Lam + Lam.mT), _sum_along(d2, V)
+
+
 def _replace_sites(Lam, h, V_old, V, c1_old, c2_old, c1, c2, latent, weight=None):
     """θ̃ − Σ old sites along V_old + Σ new sites along V, aggregated per (point, latent), each point's w times."""
     L = Lam.shape[0]
     d1o, d2o, d1, d2 = (per_latent(c, latent, L, weight) for c in (c1_old, c2_old, c1, c2))
     Lam = Lam - V_old.mT @ (d1o[..., None] * V_old) + V.mT @ (d1[..., None] * V)
-    h = h - (d2o[..., None] * V_old).sum(1) + (d2[..., None] * V).sum(1)
+    h = h - _sum_along(d2o, V_old) + _sum_along(d2, V)
     return 0.5 * (Lam + Lam.mT), h
