@@ -583,3 +583,49 @@ def test_defaults_are_the_ones_the_suite_chose(iris):
     assert given["learning_rate"] == 0.02 and given["inducing_params"]["learn"] is True
     with pytest.raises(ValueError, match="n_inducing must be a positive integer or 'auto'"):
         GPClassifier(n_inducing="many").fit(X, y)
+
+
+def test_dtype_auto_picks_float32_only_where_the_step_is_large_and_the_inputs_fit():
+    from sgpc import fitting
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 3))
+    y = np.argmax(X[:, :2] @ rng.normal(size=(2, 4)) + 0.5 * rng.normal(size=(1000, 4)), 1)
+    # N · C · M = 1000 · 4 · 100 reaches fitting.AUTO_FLOAT32_WORK; 999 rows (M = 100 still) do not
+    big = GPClassifier(n_inducing=100, max_iter=2, tol=None, random_state=0).fit(X, y)
+    assert big.dtype == "auto" and big.dtype_ == "float32" and big.model_.Z.dtype == torch.float32
+    small = GPClassifier(n_inducing=100, max_iter=2, tol=None, random_state=0).fit(X[:999], y[:999])
+    assert small.dtype_ == "float64" and small.model_.Z.dtype == torch.float64
+    assert fitting.AUTO_FLOAT32_WORK == 1000 * 4 * 100
+    # values float32 cannot square keep float64; so does an explicit dtype
+    Xbig = X.copy()
+    Xbig[0, 0] = 1e20
+    assert GPClassifier(n_inducing=100, max_iter=1, tol=None, random_state=0).fit(Xbig, y).dtype_ == "float64"
+    assert GPClassifier(n_inducing=100, max_iter=1, tol=None, dtype="float64", random_state=0).fit(X, y).dtype_ == "float64"
+    # predictions are float64 arrays either way, and rows too large for the fitted float32 model are named
+    P = big.predict_proba(X[:5])
+    assert P.dtype == np.float64 and np.allclose(P.sum(1), 1.0)
+    with pytest.raises(ValueError, match="float32"):
+        big.predict_proba(np.array([[1e39, 0.0, 0.0]]))
+
+
+def test_dtype_auto_is_kept_by_save_load_and_warm_starts(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1000, 3))
+    y = (X[:, 0] + 0.3 * rng.normal(size=1000) > 0).astype(int) + 2 * (X[:, 1] > 0)
+    est = GPClassifier(n_inducing=100, max_iter=2, tol=None, random_state=0, warm_start=True).fit(X, y)
+    assert est.dtype_ == "float32"
+    est.save(tmp_path / "m.sgpc")
+    back = GPClassifier.load(tmp_path / "m.sgpc")
+    assert back.dtype == "auto" and back.dtype_ == "float32"
+    np.testing.assert_array_equal(back.predict_proba(X[:50]), est.predict_proba(X[:50]))
+    # a warm start on fewer rows continues in the precision it was fitted in
+    est.fit(X[:500], y[:500])
+    assert est.warm_started_ and est.dtype_ == "float32"
+    # a file fitted with dtype "auto" that does not say what it chose is refused, not guessed
+    from sgpc.persist import atomic_save, load_model
+    d = load_model(tmp_path / "m.sgpc")
+    del d["dtype"]
+    d["checksum"] = digest(d)
+    atomic_save(tmp_path / "bad.sgpc", d)
+    with pytest.raises(ModelFileError, match="does not say which precision"):
+        GPClassifier.load(tmp_path / "bad.sgpc")

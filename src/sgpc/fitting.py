@@ -28,7 +28,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from . import diagnostics, stream, weighting
 from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
-from .persist import check_model_payload, load_state
+from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
                        make_engine, make_kernel, make_likelihood)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
@@ -163,6 +163,33 @@ def continues(est, p: dict, D: int, classes: np.ndarray, previous: np.ndarray | 
 AUTO_INDUCING = (8, 30, 100)
 
 
+# dtype="auto": float32 when rows × classes × inducing points reach AUTO_FLOAT32_WORK, else float64. The [L,N,M]
+# products of a step dominate its time from about there: a full-batch `ep` fit at 1 000–2 000 rows and M = 100
+# took 1.4–1.5× less time in float32, with the same test NLL to ±0.002 (docs/design-notes.md, "Defaults"); below,
+# a step is dominated by per-operation overheads and float32 saves nothing.
+AUTO_FLOAT32_WORK = 400_000
+
+
+# the largest |x| "auto" fits in float32: the kernels square scaled inputs, which must stay finite
+AUTO_FLOAT32_MAX_ABS = 1e18
+
+
+def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
+    """``p`` with dtype "auto" resolved for N rows and C classes (``AUTO_FLOAT32_WORK``); float64 for inputs
+    whose largest magnitude ``max_abs`` float32 could not square (``AUTO_FLOAT32_MAX_ABS``) and for a streamed fit
+    (``max_abs`` None: its rows are not all seen before the model is built). A warm start that continues an "auto"
+    fit keeps that fit's precision."""
+    if p["dtype"] != "auto":
+        return p
+    if p["warm_start"] and hasattr(est, "state_") and getattr(est, "dtype_", None) in DTYPES:
+        return {**p, "dtype": est.dtype_}
+    if max_abs is None or not max_abs <= AUTO_FLOAT32_MAX_ABS:
+        return {**p, "dtype": "float64"}
+    M = min(N, max(AUTO_INDUCING[1], min(AUTO_INDUCING[2], N // AUTO_INDUCING[0]))) if p["n_inducing"] == "auto" \
+        else min(N, int(p["n_inducing"]))
+    return {**p, "dtype": "float32" if N * C * M >= AUTO_FLOAT32_WORK else "float64"}
+
+
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:
     """M = n_inducing, or N (with a warning) when there are fewer rows; "auto": ``AUTO_INDUCING``."""
     if p["n_inducing"] == "auto":
@@ -234,6 +261,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
                          f"latent function, probit sites); y has {len(classes)} classes: use "
                          "likelihood='robustmax' for more than 2, or method='vi' for this likelihood's multi-class "
                          "model")
+    p = resolve_dtype(est, p, len(X), len(classes), float(np.abs(X).max()) if X.size else 0.0)
     rng = check_random_state(p["random_state"])
     seed = int(rng.randint(0, 2 ** 31 - 1))
     generator = torch.Generator().manual_seed(seed)
@@ -339,6 +367,7 @@ def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: to
         est.outlier_proba_ = engine.outlier_proba(est.state_).cpu().numpy().astype(np.float64)
     est.history_ = history.as_dict()
     est.n_iter_ = len(history.iteration)
+    est.dtype_ = p["dtype"]            # "auto" resolved (``resolve_dtype``)
     est._fitted_as_ = structure(p)     # what a warm start may continue
     est._full_gp_ = full_gp
     est.warm_started_ = bool(warm)
@@ -389,6 +418,7 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
         raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
     previous_classes = getattr(est, "classes_", None)
     N, D = st.n_rows, source.n_features
+    p = resolve_dtype(est, p, N, len(st.classes), None)
     M = inducing_count(p, N, stacklevel=4)
     warm = continues(est, p, D, st.classes, previous_classes, M)
     est.classes_, est.n_features_in_ = st.classes, source.n_features
@@ -420,6 +450,12 @@ def restore(est, d: dict, path="the model file") -> None:
     """Set the fitted attributes of ``est`` (constructed with the file's parameters) from a model file's
     content ``d`` (``persist.read_model``)."""
     p = settings(est)
+    if p["dtype"] == "auto":              # the precision the model was fitted in (``model_payload``)
+        name = d.get("dtype")
+        if name not in DTYPES:
+            raise ModelFileError(f"{path} is damaged: it was fitted with dtype='auto' but does not say which "
+                                 f"precision that chose ({name!r}; expected one of {sorted(DTYPES)})")
+        p = {**p, "dtype": name}
     est._fitted_params_ = est.get_params(deep=False)
     est.classes_ = np.asarray(d["classes"], dtype=np.dtype(d["classes_dtype"]))
     est.n_features_in_ = d["n_features_in"]
@@ -448,6 +484,7 @@ def restore(est, d: dict, path="the model file") -> None:
     found = d.get("diagnostics", {})                             # files written before it existed lack it
     est.at_prior_, est.prior_distance_ = bool(found.get("at_prior", False)), float(found.get("prior_distance", float("nan")))
     est.stalled_ = bool(found.get("stalled", False))
+    est.dtype_ = p["dtype"]
     est._fitted_as_ = structure(p)
     est._full_gp_ = bool(d.get("full_gp", False))
     if est._full_gp_:

@@ -182,7 +182,7 @@ def model_payload(est, params: dict) -> dict:
         "model": {k: v.detach().cpu() for k, v in est.model_.state_dict().items()},
         "state": state_to_dict(est.state_),
         "posterior": {"mean": est.posterior_.mean.detach().cpu(), "chol": est.posterior_.chol.detach().cpu()},
-        "history": est.history_, "n_iter": int(est.n_iter_),
+        "history": est.history_, "n_iter": int(est.n_iter_), "dtype": str(est.dtype_),
         "warm_started": bool(getattr(est, "warm_started_", False)),
         "diagnostics": {"at_prior": bool(getattr(est, "at_prior_", False)),
                         "stalled": bool(getattr(est, "stalled_", False)),

@@ -191,8 +191,13 @@ def validated(estimator, X, y=None, *, reset: bool, name: str = "X", when: str |
             raise type(exc)(f"X has non-numeric columns {bad[:10]} ({exc}); encode them as numbers "
                             "(e.g. sklearn.preprocessing.OrdinalEncoder / OneHotEncoder)") from None
         raise
+    # the precision the rows will be evaluated in: the fitted one when predicting (dtype "auto" resolved), the
+    # parameter when fitting ("auto" picks float64 for values float32 cannot hold: ``fitting.resolve_dtype``)
+    dtype = getattr(estimator, "dtype", "float64")
+    if not reset and (when or "predicting") == "predicting":
+        dtype = getattr(estimator, "dtype_", dtype)
     check_finite(out[0] if y is not None else out, name=name, when=when or ("fitting" if reset else "predicting"),
-                 dtype=DTYPES.get(getattr(estimator, "dtype", "float64")))
+                 dtype=DTYPES.get(dtype))
     return out
 
 
@@ -328,7 +333,7 @@ def check_params(est) -> dict:
     if METHODS[est.method].own_likelihood and not isinstance(est.likelihood, str):
         raise ValueError(f"method={est.method!r} always uses its own {METHODS[est.method].own_likelihood} likelihood: "
                          "leave likelihood at its default")
-    check_choice("dtype", est.dtype, tuple(DTYPES))
+    check_choice("dtype", est.dtype, ("auto", *DTYPES))
     check_choice("compile", est.compile, COMPILE_MODES)
     caps = METHODS[est.method].capabilities
     streamable = capable("streamable")
