@@ -145,3 +145,22 @@ def test_natural_gradients_fit_a_classifier_and_resume_exactly(iris, tmp_path):
     GPClassifier(**{**kw, "max_iter": 10}).fit(X, y, checkpoint_path=str(ck), checkpoint_every=5)
     resumed = GPClassifier(**kw).fit(X, y, checkpoint_path=str(ck), checkpoint_every=5, resume=True)
     np.testing.assert_array_equal(resumed.predict_proba(X), full.predict_proba(X))
+
+
+def test_tol_auto_is_the_methods_tolerance_in_a_full_batch_fit():
+    from sgpc import fitting
+    from sgpc.registry import METHODS
+    tol = lambda **kw: fitting.settings(GPClassifier(**kw))["tol"]
+    assert tol() == METHODS["ep"].tol == 3e-4                  # the default: a full-batch ep fit
+    assert tol(batch_size=32) == 1e-4                          # minibatches: checks are passes' means
+    assert tol(method="vi") == tol(method="sep") == 1e-4
+    assert tol(tol=1e-6) == 1e-6 and tol(tol=None) is None
+    with pytest.raises(ValueError, match="tol"):
+        GPClassifier(tol="fast").fit([[0.0], [1.0]], [0, 1])
+    # and the fit loop stops on it: the last n_iter_no_change checks moved by at most 3e-4 per datum, sooner than
+    # the same fit at 1e-4
+    X, y = load_iris(return_X_y=True)
+    est = GPClassifier(random_state=0).fit(X, y)
+    steps = np.abs(np.diff(np.asarray(est.history_["objective"]) / len(X)))[-10:]
+    assert est.converged_ and steps.max() <= 3e-4
+    assert est.n_iter_ < GPClassifier(random_state=0, tol=1e-4).fit(X, y).n_iter_

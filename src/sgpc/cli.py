@@ -97,9 +97,9 @@ def _inducing(value: str) -> int | str:
     return "auto" if value.lower() == "auto" else int(value)
 
 
-def _tol(value: str) -> float | None:
-    """--tol: a number, or "none" (run to the ceiling)."""
-    return None if value.lower() == "none" else float(value)
+def _tol(value: str) -> float | str | None:
+    """--tol: a number, "auto" (the method's) or "none" (run to the ceiling)."""
+    return None if value.lower() == "none" else "auto" if value.lower() == "auto" else float(value)
 
 
 def _number_or_none(value: str) -> float | str:
@@ -158,7 +158,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),
     Option("--tol", "tol", "stop once the objective per datum moved by at most TOL for --n-iter-no-change "
-           "checks; 'none' runs to the ceiling (default: %(default)s)", dict(type=_tol, metavar="TOL")),
+           "checks; 'auto' the method's (3e-4 for a full-batch ep fit, else 1e-4), 'none' runs to the ceiling (default: "
+           "%(default)s)", dict(type=_tol, metavar="TOL")),
     Option("--n-iter-no-change", "n_iter_no_change", "(default: %(default)s)", dict(type=int, metavar="K")),
     Option("--early-stopping", "early_stopping", "stop on the log-likelihood of held-out rows instead "
            "(--validation-fraction of them)", dict(action="store_true")),
@@ -167,7 +168,7 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "count), as scikit-learn (default: every row 1; not with --stream)", dict(choices=("balanced",))),
     Option("--seed", "random_state", "random_state of the fit and seed of the data split (default: %(default)s)",
            dict(type=int, metavar="S", default=0)),
-    Option("--dtype", "dtype", "'auto': float32 when rows × classes × inducing points reach 400 000, else float64 "
+    Option("--dtype", "dtype", "'auto': for ep, float32 when rows × classes × inducing points reach 400 000, else float64 "
            "(default: %(default)s)", dict(choices=("auto", *DTYPES))),
     Option("--device", "device", "torch device: cpu, cuda, cuda:N (default: %(default)s)", dict(metavar="DEV")),
     Option("--compile", "compile", "torch.compile the minibatch loss of a streamable method (default: eager)",

@@ -85,10 +85,10 @@ class Method:
         outlier_model: the engine gives each training label's outlier probability (``outlier_proba``).
         caps: what the method can do, where it is less than its engine can (bsvm does not stream).
         paper, summary: where it comes from and what it is, for the docs' method table and ``--help``.
-        learning_rate, learn_inducing, optimizer, prior_scale: the method's defaults for ``learning_rate=None``,
-            ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam") and
-            ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) — chosen by the real-data
-            suite, docs/suite.md, where it measured them.
+        learning_rate, learn_inducing, optimizer, prior_scale, tol: the method's defaults for ``learning_rate=None``,
+            ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam"),
+            ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
+            full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
     """
 
     engine: type[Engine]
@@ -107,6 +107,7 @@ class Method:
     learn_inducing: bool = True
     optimizer: str = "adam"
     prior_scale: float | None = None
+    tol: float = 1e-4
 
     @property
     def capabilities(self) -> Capabilities:
@@ -124,7 +125,7 @@ METHODS: dict[str, Method] = {
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
                  binary_likelihoods=_EP_BINARY, learning_rate=0.05, learn_inducing=False, optimizer="rprop",
-                 prior_scale=2.0),
+                 prior_scale=2.0, tol=3e-4),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
@@ -389,7 +390,15 @@ def resolve(params: dict) -> dict:
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()},
             "learning_rate": METHODS[params["method"]].learning_rate if rate is None else rate,
-            "optimizer": optimizer_of(params)}
+            "optimizer": optimizer_of(params), "tol": tol_of(params)}
+
+
+def tol_of(params: dict) -> float | None:
+    """The stopping tolerance a fit with these estimator parameters uses: ``tol``, or for "auto" the method's
+    (``Method.tol``) in a full-batch fit and 1e-4 with minibatches."""
+    if params.get("tol", "auto") != "auto":
+        return params["tol"]
+    return METHODS[params["method"]].tol if params.get("batch_size") is None else 1e-4
 
 
 def optimizer_of(params: dict) -> str:

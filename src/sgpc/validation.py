@@ -354,7 +354,8 @@ def check_params(est) -> dict:
     check_device(est.device)
     check_flag("warm_start", est.warm_start)
     check_real("learning_rate", est.learning_rate, low=0.0, none="the method's default")
-    check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
+    if not (isinstance(est.tol, str) and est.tol == "auto"):
+        check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
     if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
                                                                             (int, np.integer)) \
             or est.n_iter_no_change < 1:
