@@ -36,3 +36,12 @@ def test_every_dependency_has_a_lower_bound():
     for spec in [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["parquet"],
                  *PROJECT["optional-dependencies"]["plot"]]:
         assert re.fullmatch(r"[A-Za-z0-9_.\-]+>=[0-9][0-9A-Za-z.]*", spec), spec
+
+
+def test_import_does_not_load_the_compiler():
+    # torch._dynamo took about a third of `import sgpc` (python -X importtime); it loads when a fit compiles
+    import subprocess
+    import sys
+    code = "import sys, sgpc; print('torch._dynamo' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

@@ -312,3 +312,31 @@ def test_largest_in_the_tail_against_brute_force_with_four_classes(m, v):
     assert tail.sum() >= 1
     np.testing.assert_allclose(got[tail], ref[tail], rtol=1e-9, atol=0)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-6)   # the rest: 32 Gauss–Hermite nodes' accuracy
+
+
+def test_constant_result_marks_a_function_as_torchs_decorator_does():
+    # quadrature marks its node functions without importing torch._dynamo at import time; the mark must be the
+    # one torch's assume_constant_result sets (a torch that marks otherwise fails here, not silently in a graph)
+    import torch._dynamo
+
+    def a():
+        return 1
+
+    def b():
+        return 1
+    torch._dynamo.assume_constant_result(a)
+    Q._constant_result(b)
+    assert vars(a) and vars(a) == vars(b)
+
+
+def test_panels_run_eagerly_inside_torch_compile_once_prepared():
+    # the panel fix-up is a graph break under torch.compile (prepare_for_compile, called by the fit loop's
+    # compiled loss), so that batches with other numbers of hard rows do not recompile it
+    import torch._dynamo
+    mean = torch.tensor([[0.0, 3.0, -1.0]], dtype=torch.float64)
+    var = torch.tensor([[1e-4, 4.0, 1.0]], dtype=torch.float64)
+    c = torch.tensor([0])
+    Q.prepare_for_compile()
+    out = torch._dynamo.explain(lambda m, v: Q._log_largest_panels(m, v, c) + 1.0)(mean, var)
+    assert out.op_count == 1                  # the graph holds the addition only (traced, the panels were ~115 ops)
+    torch.testing.assert_close(Q._log_largest_panels(mean, var, c), Q._log_largest_panels_eager(mean, var, c))

@@ -31,8 +31,16 @@ __all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "
            "log_prob_label_largest", "prob_label_largest"]
 
 
+def _constant_result(fn):
+    """``torch.compiler.assume_constant_result(fn)`` without importing torch._dynamo, about 2 s of ``import sgpc``
+    (``python -X importtime``): that decorator only marks ``fn``, and this sets the same mark
+    (``test_quadrature`` checks it against torch's own)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 @functools.lru_cache(maxsize=64)
-@torch.compiler.assume_constant_result      # numpy is opaque to torch.compile; the nodes are constants
+@_constant_result      # numpy is opaque to torch.compile; the nodes are constants
 def _hermgauss(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     # plain floats, not arrays: torch 2.11's compiler traced the cached arrays as numpy tensors and failed on the
     # second use ("source NumpyTensorSource ... already in seen_sources", on a GPU, 2026-11-26)
@@ -121,7 +129,7 @@ _PANEL_NODES = 6
 
 
 @functools.lru_cache(maxsize=8)
-@torch.compiler.assume_constant_result
+@_constant_result
 def _legendre(n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     x, w = np.polynomial.legendre.leggauss(n)          # as floats, for the reason given at _hermgauss
     return tuple(x.tolist()), tuple(w.tolist())
@@ -247,10 +255,29 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
 
 # Run eagerly inside torch.compile: the rows H that need panels vary from batch to batch, and each new H
 # recompiled this function and the Newton iteration under it until dynamo's limit of 8, after which every step
-# recompiled (benchmarks/perf/vi_step.py --compile). It was a graph break anyway.
-@torch.compiler.disable
+# recompiled (benchmarks/perf/vi_step.py --compile). It was a graph break anyway. ``torch.compiler.disable`` imports
+# torch._dynamo (about 2 s of ``import sgpc``), so the disabled function is made when a fit first compiles
+# (``prepare_for_compile``, called by ``train``), not at import.
+_PANELS_UNDER_COMPILE: Callable | None = None
+
+
+def prepare_for_compile() -> None:
+    """Make ``_log_largest_panels`` run eagerly inside torch.compile from now on (``torch.compiler.disable``)."""
+    global _PANELS_UNDER_COMPILE
+    if _PANELS_UNDER_COMPILE is None:
+        _PANELS_UNDER_COMPILE = torch.compiler.disable(_log_largest_panels_eager)
+
+
 def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, linear: bool = False
                         ) -> torch.Tensor:
+    """``_log_largest_panels_eager``, run eagerly inside torch.compile once ``prepare_for_compile`` was called."""
+    if torch.compiler.is_compiling() and _PANELS_UNDER_COMPILE is not None:
+        return _PANELS_UNDER_COMPILE(mean, var, c, linear)
+    return _log_largest_panels_eager(mean, var, c, linear)
+
+
+def _log_largest_panels_eager(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, linear: bool = False
+                              ) -> torch.Tensor:
     """log P(f_c largest) for rows mean/var [H,C] and classes c [H], by composite Gauss–Legendre in t;
     with ``linear``, P itself from Φ and a product (as ``prob_label_largest``: ~10× cheaper, P < ~1e-308
     underflows to 0).
@@ -267,7 +294,7 @@ def _log_largest_panels(mean: torch.Tensor, var: torch.Tensor, c: torch.Tensor, 
     H, C = mean.shape
     rows = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * (C + 1) + 2 * len(_FAN) - 1) * _PANEL_NODES * C))
     if H > rows:
-        return torch.cat([_log_largest_panels(mean[a:a + rows], var[a:a + rows], c[a:a + rows], linear)
+        return torch.cat([_log_largest_panels_eager(mean[a:a + rows], var[a:a + rows], c[a:a + rows], linear)
                           for a in range(0, H, rows)])
     s = var.clamp_min(tiny).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)

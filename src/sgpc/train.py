@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import quadrature
 from .engine import Engine, write_constants
 from .gaussian import NotPositiveDefiniteError
 from .hyperprior import LogNormalPrior
@@ -387,6 +388,7 @@ def _compiled(loss: Callable, mode: str) -> Callable:
     losses take the derivatives of log Z by ``torch.autograd.grad`` (``gaussian.moment_match``), and each
     call split SEP's compiled loss into more graphs (15 graphs, 8 with them traced: ``torch._dynamo.explain``
     on a satimage batch)."""
+    quadrature.prepare_for_compile()
     compiled = torch.compile(loss, mode=mode, dynamic=False)
     if not hasattr(torch._dynamo.config, "trace_autograd_ops"):
         return compiled
