@@ -601,7 +601,7 @@ def test_dtype_auto_picks_float32_only_where_the_step_is_large_and_the_inputs_fi
     Xbig[0, 0] = 1e20
     assert GPClassifier(n_inducing=100, max_iter=1, tol=None, random_state=0).fit(Xbig, y).dtype_ == "float64"
     assert GPClassifier(n_inducing=100, max_iter=1, tol=None, dtype="float64", random_state=0).fit(X, y).dtype_ == "float64"
-    # methods not measured in float32 keep float64 under "auto" (fitting.AUTO_FLOAT32_METHODS)
+    # methods not measured in float32 keep float64 under "auto" (registry.Method.auto_float32)
     assert GPClassifier(method="vi", n_inducing=100, max_iter=1, tol=None, random_state=0).fit(X, y).dtype_ == "float64"
     # predictions are float64 arrays either way, and rows too large for the fitted float32 model are named
     P = big.predict_proba(X[:5])

@@ -163,13 +163,12 @@ def continues(est, p: dict, D: int, classes: np.ndarray, previous: np.ndarray | 
 AUTO_INDUCING = (8, 30, 100)
 
 
-# dtype="auto": float32 for the methods of AUTO_FLOAT32_METHODS when rows × classes × inducing points reach
+# dtype="auto": float32 for the methods marked ``Method.auto_float32`` when rows × classes × inducing points reach
 # AUTO_FLOAT32_WORK, else float64. The [L,N,M] products of a step dominate its time from about there: a full-batch
 # `ep` fit at 1 000–2 000 rows and M = 100 took 1.4–1.5× less time in float32, with the same test NLL to ±0.002
 # (docs/design-notes.md, 'dtype="auto"'); below, a step is dominated by per-operation overheads and float32 saves
 # nothing. The other methods keep float64 until the suite has measured them in float32.
 AUTO_FLOAT32_WORK = 400_000
-AUTO_FLOAT32_METHODS = ("ep",)
 
 
 # the largest |x| "auto" fits in float32: the kernels square scaled inputs, which must stay finite
@@ -184,7 +183,7 @@ def auto_inducing(N: int) -> int:
 
 def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
     """``p`` with dtype "auto" resolved for N rows and C classes (``AUTO_FLOAT32_WORK``); float64 for the methods
-    outside ``AUTO_FLOAT32_METHODS``, for inputs
+    not marked ``Method.auto_float32``, for inputs
     whose largest magnitude ``max_abs`` float32 could not square (``AUTO_FLOAT32_MAX_ABS``) and for a streamed fit
     (``max_abs`` None: its rows are not all seen before the model is built). A warm start that continues an "auto"
     fit keeps that fit's precision."""
@@ -192,7 +191,7 @@ def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
         return p
     if p["warm_start"] and hasattr(est, "state_") and getattr(est, "dtype_", None) in DTYPES:
         return {**p, "dtype": est.dtype_}
-    if p["method"] not in AUTO_FLOAT32_METHODS or max_abs is None or not max_abs <= AUTO_FLOAT32_MAX_ABS:
+    if not METHODS[p["method"]].auto_float32 or max_abs is None or not max_abs <= AUTO_FLOAT32_MAX_ABS:
         return {**p, "dtype": "float64"}
     M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
     return {**p, "dtype": "float32" if N * C * M >= AUTO_FLOAT32_WORK else "float64"}

@@ -89,6 +89,8 @@ class Method:
             ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam"),
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
+        auto_float32: ``dtype="auto"`` may pick float32 for it on a large enough problem (``fitting.resolve_dtype``):
+            measured for "ep" only.
     """
 
     engine: type[Engine]
@@ -108,6 +110,7 @@ class Method:
     optimizer: str = "adam"
     prior_scale: float | None = None
     tol: float = 1e-4
+    auto_float32: bool = False
 
     @property
     def capabilities(self) -> Capabilities:
@@ -125,7 +128,7 @@ METHODS: dict[str, Method] = {
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
                  binary_likelihoods=_EP_BINARY, learning_rate=0.05, learn_inducing=False, optimizer="rprop",
-                 prior_scale=2.0, tol=3e-4),
+                 prior_scale=2.0, tol=3e-4, auto_float32=True),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
