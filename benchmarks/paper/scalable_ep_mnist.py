@@ -3,10 +3,13 @@
 EP, SEP and VI are trained for a wall-clock budget each; every --eval-every steps the 10 000 test
 images are evaluated (excluded from the clock). The paper reports SEP 2.08% / 0.0725 and
 VI 2.02% / 0.0686 (error / NLL) after long runs; we record how far each method gets in the budget
-and the time at which the test NLL first reaches 0.0725, if it does.
+and the time at which the test NLL first reaches 0.0725, if it does, and the time (initialisation — k-means,
+model and engine state — included) at which NLL ≤ 0.0725 and error ≤ 2.1% both hold (issue 41's MNIST target).
 
     python benchmarks/paper/scalable_ep_mnist.py [--minutes 10] [--methods sep vi ep] [--scale unit]
     python benchmarks/paper/scalable_ep_mnist.py --methods apep arpep --alphas 0.5 1.0 --scale unit   # alpha paper Fig. 4
+    python benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent \
+        --batch 1000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu        # on a GPU
 
 --scale unit keeps the pixels in [0, 1]; the default standardises each pixel, which makes the pixels lit in
 only a few training images dominate the distances (it trains about twice as slowly, see docs/results.md).
@@ -35,12 +38,13 @@ from sgpc.train import TrainSettings, fit
 from sgpc.vi import VI
 
 TARGET_NLL = 0.0725
+TARGET_ERROR = 0.021     # the paper's SEP error is 2.08%; issue 41 asks for <= 2.1% with the NLL
 
 
 ALPHA_METHODS = ("pep", "apep", "arpep", "rpapep")
 
 
-def make_engine(method: str, alpha: float | None, sep_log_z: str = "local"):
+def make_engine(method: str, alpha: float | None, sep_log_z: str = "local", natgrad_lr: float | None = None):
     """The engine of ``method`` (robust-max pairwise factors for EP/SEP, as §4.4; α-methods as the estimator)."""
     if method == "pep":
         return EP(alpha=alpha, factor="likelihood")
@@ -50,7 +54,7 @@ def make_engine(method: str, alpha: float | None, sep_log_z: str = "local"):
         return VI(alpha=alpha)
     if method == "rpapep":
         return VI(alpha=alpha, objective="rpapep")
-    return {"ep": EP(), "sep": SEP(log_z=sep_log_z), "vi": VI()}[method]
+    return {"ep": EP(), "sep": SEP(log_z=sep_log_z), "vi": VI(natgrad_lr=natgrad_lr)}[method]
 
 
 def main():
@@ -73,6 +77,8 @@ def main():
     ap.add_argument("--z-per-latent", action="store_true",
                     help="one set of M inducing inputs per class ([L,M,D], the paper's X̄^k of §2.1), all starting at "
                          "the same k-means centres; default: one set [M,D] shared by the classes")
+    ap.add_argument("--natgrad-lr", type=float, default=None,
+                    help="vi: natural-gradient steps of size γ for q(u), Adam for the rest (sgpc.vi.VI.natgrad_lr)")
     ap.add_argument("--out", default="scalable_ep_mnist", help="results/<out>.jsonl")
     ap.add_argument("--scale", default="standardize", choices=["standardize", "unit"],
                     help="standardize: per-pixel zero mean / unit std (length-scales start at sqrt(D)); "
@@ -93,18 +99,24 @@ def main():
     Xtr_t, Xte_t = torch.as_tensor(Xtr, dtype=dt, device=dev), torch.as_tensor(Xte, dtype=dt, device=dev)
     ytr_t = torch.as_tensor(np.searchsorted(classes, ytr), device=dev)
     yte_t = torch.as_tensor(np.searchsorted(classes, yte), device=dev)
+    t_kmeans = time.perf_counter()
     Z0 = init_inducing(Xtr, args.M, "kmeans", seed=0)
+    t_kmeans = time.perf_counter() - t_kmeans       # initialisation counts in the time to the target (issue 41)
     if args.z_per_latent:
         Z0 = np.repeat(Z0[None], len(classes), axis=0)
     runs = []
     jobs = [(m, a) for m in args.methods for a in (args.alphas if m in ALPHA_METHODS else [None])]
     for method, alpha in jobs:
         torch.manual_seed(0)
+        t_init = time.perf_counter()
         D, C = Xtr.shape[1], len(classes)
         model = SparseGP(K.RBF(D, C, noise=1e-2, lengthscale=lengthscale, dtype=dt), RobustMax(C), torch.as_tensor(Z0, dtype=dt)).to(dev, dt)
-        engine = make_engine(method, alpha, args.sep_log_z)
+        engine = make_engine(method, alpha, args.sep_log_z, args.natgrad_lr)
         gen = torch.Generator().manual_seed(0)
         state = engine.init(model, Xtr_t, ytr_t, gen)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        init_s = t_kmeans + time.perf_counter() - t_init     # k-means, model and engine state
 
         cpu = {"start": time.process_time(), "eval": 0.0}
 
@@ -133,7 +145,13 @@ def main():
         for r in rows:
             print(f"{method:4s} alpha={alpha} t={r['time']:7.1f}s steps={r['iteration']:6d} err={r['error']:.4f} nll={r['nll']:.4f}", flush=True)
         reached = next((r["time"] for r in rows if r["nll"] <= TARGET_NLL), None)
-        runs.append({"method": method, "alpha": alpha, "curve": rows, "events": hist.events, "time_to_nll_0.0725": reached, "lengthscale0": lengthscale})
+        both = next((r["time"] for r in rows if r["nll"] <= TARGET_NLL and r["error"] <= TARGET_ERROR), None)
+        print(f"{method:4s} initialisation {init_s:.1f} s; test NLL <= {TARGET_NLL} after {reached} s of training, "
+              f"and error <= {TARGET_ERROR} too after {both} s", flush=True)
+        runs.append({"method": method, "alpha": alpha, "curve": rows, "events": hist.events, "time_to_nll_0.0725": reached,
+                     "init_s": init_s,
+                     "time_to_nll_0.0725_and_error_0.021_with_init": None if both is None else both + init_s,
+                     "lengthscale0": lengthscale})
         write(args.out, {"config": vars(args), "runs": runs})
     path = write(args.out, {"config": vars(args), "runs": runs})
     try:

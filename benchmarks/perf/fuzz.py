@@ -15,8 +15,9 @@ Checks per problem (each failure is recorded with its message):
   saved (every 5th problem): save → load gives bitwise the same probabilities.
 
     python benchmarks/perf/fuzz.py [--problems 1000] [--seed 0] [--only I ...]
+    python benchmarks/perf/fuzz.py --device cuda --problems 110 --out fuzz_gpu      # the same checks on a GPU
 
-Writes results/fuzz.jsonl (one line per problem) and prints the counts.
+Writes results/<--out>.jsonl (default fuzz.jsonl; one line per problem) and prints the counts.
 """
 from __future__ import annotations
 
@@ -79,9 +80,11 @@ def draw(i: int, seed: int):
     return opts, X, y, X_test
 
 
-def check(i: int, seed: int, folder: str) -> dict:
-    """Fit problem i and run the checks; returns its record (config, sizes, failures, seconds)."""
+def check(i: int, seed: int, folder: str, device: str = "cpu") -> dict:
+    """Fit problem i on ``device`` and run the checks; returns its record (config, sizes, failures, seconds)."""
     opts, X, y, X_test = draw(i, seed)
+    if device != "cpu":
+        opts["device"] = device
     f32 = opts["dtype"] == "float32"
     tol = 1e-5 if f32 else 1e-12
     failures, start = [], time.perf_counter()
@@ -130,7 +133,7 @@ def check(i: int, seed: int, folder: str) -> dict:
                 fail("seed", f"same seed, probabilities differ by {np.abs(again.predict_proba(X_test) - p).max():.3g}")
             path = os.path.join(folder, f"m{i}.pt")
             est.save(path)
-            loaded = GPClassifier.load(path)
+            loaded = GPClassifier.load(path, device=device)
             if not np.array_equal(loaded.predict_proba(X_test), p):
                 fail("saved", "save -> load changed the probabilities")
             os.remove(path)
@@ -145,6 +148,8 @@ def main():
     ap.add_argument("--problems", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=int, nargs="*", help="rerun these problem numbers")
+    ap.add_argument("--device", default="cpu", help='where every fit and prediction runs ("cuda": the GPU batch check)')
+    ap.add_argument("--out", default="fuzz", help="results/<out>.jsonl")
     args = ap.parse_args()
     import torch
     torch.set_num_threads(1)
@@ -152,14 +157,14 @@ def main():
     runs, start = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         for i in problems:
-            rec = check(i, args.seed, folder)
+            rec = check(i, args.seed, folder, args.device)
             runs.append(rec)
             if rec["failures"]:
                 print(f"problem {i} ({rec['options']['method']}): {rec['failures']}", flush=True)
             if len(runs) % 50 == 0:
                 print(f"{len(runs)} problems, {sum(bool(r['failures']) for r in runs)} failing, "
                       f"{time.perf_counter() - start:.0f} s", flush=True)
-            write("fuzz", {"config": vars(args), "runs": runs})
+            write(args.out, {"config": vars(args), "runs": runs})
     seconds = time.perf_counter() - start
     by_method = {m: sum(r["options"]["method"] == m for r in runs) for m in METHODS}
     print(f"fuzz: {len(runs)} problems ({by_method}), {sum(bool(r['failures']) for r in runs)} with failures, "

@@ -14,6 +14,7 @@ as resident once read (file-backed, reclaimable). Bounded prediction
 means that this overhead stays flat as N grows.
 
     python benchmarks/perf/predict_memory.py [--sizes 100000 1000000 10000000] [--sources array npy csv]
+    python benchmarks/perf/predict_memory.py --device cuda --sources array npy --out predict_memory_gpu
 
 Writes results/predict_memory.jsonl.
 """
@@ -43,8 +44,8 @@ def status(key):
 sys.path.insert(0, "src")
 torch.set_num_threads(1)
 from sgpc import GPClassifier, cli
-model, source, N, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-est = GPClassifier.load(model)
+model, source, N, path, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+est = GPClassifier.load(model, device=device)
 if source == "array":
     X = np.empty((N, 10))
     rng = np.random.default_rng(0)
@@ -59,12 +60,16 @@ elif source == "npy":
 else:
     assert cli.main(["predict", model, path, "-o", path + ".out.csv"]) == 0
     p = None
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
 seconds = time.perf_counter() - start
 after = status("VmHWM")
+gpu_mb = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
 out_kb = 0 if p is None else p.nbytes / 1024
 print(json.dumps({"source": source, "N": N, "rss_before_mb": before / 1024, "peak_rss_after_mb": after / 1024,
                   "growth_mb": (after - before) / 1024, "output_mb": out_kb / 1024,
-                  "overhead_mb": (after - before - out_kb) / 1024, "seconds": seconds}))
+                  "overhead_mb": (after - before - out_kb) / 1024, "seconds": seconds,
+                  "device": device, "peak_gpu_allocated_mb": gpu_mb}))
 """
 
 
@@ -93,6 +98,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", type=int, default=[100_000, 1_000_000, 10_000_000])
     ap.add_argument("--sources", nargs="+", default=["array", "npy", "csv"], choices=["array", "npy", "csv"])
+    ap.add_argument("--device", default="cpu", help='where the loaded model predicts ("cuda": each block of rows '
+                    'is moved to the GPU in turn; the peak GPU memory allocated is recorded); the csv source runs '
+                    'the command line, which predicts on the device the model was fitted on (the CPU here)')
+    ap.add_argument("--out", default="predict_memory", help="results/<out>.jsonl")
     ap.add_argument("--folder", default=None, help="where the input files go (default: a temporary folder)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
@@ -115,21 +124,22 @@ def main():
         for N in args.sizes:
             paths = _write_inputs(folder, N, args.sources)
             for source in args.sources:
-                out = subprocess.run([sys.executable, "-c", CHILD, model, source, str(N), paths[source]],
+                out = subprocess.run([sys.executable, "-c", CHILD, model, source, str(N), paths[source], args.device],
                                      capture_output=True, text=True, cwd=ROOT)
                 if out.returncode:
                     print(out.stderr[-2000:], file=sys.stderr)
                     raise SystemExit(f"{source} N={N} failed")
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 rows.append(row)
+                gpu = "" if row["peak_gpu_allocated_mb"] is None else f", peak GPU {row['peak_gpu_allocated_mb']:.1f} MiB"
                 print(f"{source:5s} N={N:9d}: peak RSS {row['peak_rss_after_mb']:8.1f} MiB (RSS before {row['rss_before_mb']:8.1f}), "
-                      f"output {row['output_mb']:7.1f} MiB, overhead {row['overhead_mb']:7.1f} MiB, {row['seconds']:.1f} s",
+                      f"output {row['output_mb']:7.1f} MiB, overhead {row['overhead_mb']:7.1f} MiB{gpu}, {row['seconds']:.1f} s",
                       flush=True)
-                write("predict_memory", {"config": {**vars(args), "D": D, "C": C, "M": 50, "method": "vi"}, "rows": rows})
+                write(args.out, {"config": {**vars(args), "D": D, "C": C, "M": 50, "method": "vi"}, "rows": rows})
             for p in paths.values():
                 if p and os.path.exists(p):
                     os.remove(p)
-    print("wrote results/predict_memory.jsonl")
+    print(f"wrote results/{args.out}.jsonl")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The GPU session of 2026-11-28: issue 41's GPU targets and issue 43's GPU checks, in one bounded call.
+#   1. throughput at M = 1 024, B = 4 096, C = 10 (MNIST): sgpc against GPyTorch's VariationalStrategy and
+#      LargeBatchVariationalStrategy, float32 and float64 (peers_throughput.py, set mnist-1024);
+#   2. MNIST (M = 200 per class, pixels in [0, 1]) to the paper's test NLL 0.0725 and error 2.1% on the GPU,
+#      initialisation counted (scalable_ep_mnist.py);
+#   3. predicting 10^5 … 10^7 rows on the GPU: peak GPU memory and RSS (predict_memory.py --device cuda);
+#   4. the fuzzing checks (row independence, sums, seeds, save/load) with every fit on the GPU (fuzz.py).
+# Run on the device machine from the repository root, with MNIST copied to .devdata/datasets/mnist; each command
+# is bounded, and the results so far are packed into $OUT after each one, so a cut-off call still returns them.
+export SGPC_DATA=$PWD/.devdata/datasets PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+run() {
+  echo "== $(date +%T) $*"; timeout "$@" 2>&1 | grep -v -E "^W[0-9]{4} |FutureWarning|warnings.warn|^  check\("
+  tar czf $OUT/results.tgz $(ls results/*_gpu*.jsonl 2>/dev/null); }
+nvidia-smi -L; python3 -c "import torch, gpytorch; print('torch', torch.__version__, 'gpytorch', gpytorch.__version__)"
+# the k-means inducing inputs of mnist-1024 once, on every core (the runs themselves use one thread each)
+run 60 python3 -c "import sys; sys.path[:0] = ['benchmarks', 'benchmarks/perf']; import peers_throughput as p; p._inducing(p._data('mnist')[0], 1024)"
+P="python3 benchmarks/perf/peers_throughput.py --device cuda --budget 6 --sets mnist-1024 --libs sgpc gpytorch"
+run 120 $P --dtype float32 --methods vi sep --name peers_throughput_gpu_1024_f32
+run 60 $P --dtype float64 --methods vi --peer-methods svgp-softmax-largebatch --name peers_throughput_gpu_1024_f64
+E="python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent --threads 8"
+# B and the rate from a CPU probe of the first 250 steps (B = 1 000: lr 0.03 ahead of 0.01; natural-gradient steps
+# of q with γ = 0.1 went to NLL 5.7): on a GPU a larger minibatch costs little more per step
+run 100 $E --batch 1000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
+run 100 $E --batch 4000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
+run 90 python3 benchmarks/perf/predict_memory.py --device cuda --sources array npy --out predict_memory_gpu
+run 60 python3 benchmarks/perf/fuzz.py --device cuda --problems 33 --out fuzz_gpu
+echo "== $(date +%T) done"
