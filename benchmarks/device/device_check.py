@@ -88,10 +88,10 @@ def streamed(device: str) -> dict:
     return {"streamed_sep_error": float((clf.predict(Xte) != yte).mean())}
 
 
-def mnist_shaped_step(method: str, dtype: torch.dtype, device: str):
+def mnist_shaped_step(method: str, dtype: torch.dtype, device: str, M: int = 200, B: int = 200):
     """A ``step()`` that runs one minibatch step (closed-form update, forward, backward, Adam) of ``method``
-    ("vi" or "sep") on a model of the MNIST shape (M = 200, C = 10, D = 784, B = 200; random data)."""
-    M, C, D, B = 200, 10, 784, 200
+    ("vi" or "sep") on a model of the MNIST shape (C = 10, D = 784; M = 200, B = 200 unless given; random data)."""
+    C, D = 10, 784
     g = torch.Generator().manual_seed(0)
     N = 4 * B
     X = torch.randn(N, D, generator=g, dtype=dtype).to(device)

@@ -12,6 +12,16 @@ export SGPC_DATA=$PWD/.devdata/datasets PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 run() {
   echo "== $(date +%T) $*"; timeout "$@" 2>&1 | grep -v -E "^W[0-9]{4} |FutureWarning|warnings.warn|^  check\("
   tar czf $OUT/results.tgz $(ls results/*_gpu*.jsonl 2>/dev/null); }
+if [ "$1" = profile ]; then   # the second call: where sgpc's step goes at M = 1 024, B = 4 096; MNIST with room to finish
+  run 60 python3 benchmarks/perf/gpu_profile.py --device cuda --methods vi --dtypes float32 --m 1024 --b 4096 \
+      --steps 5 --warmup 3 --out gpu_profile_gpu_1024
+  run 40 python3 benchmarks/perf/gpu_profile.py --device cuda --methods sep --dtypes float32 --m 1024 --b 4096 \
+      --steps 1 --warmup 1 --out gpu_profile_gpu_1024_sep
+  run 120 python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent \
+      --threads 8 --batch 4000 --lr 0.03 --minutes 1 --eval-every 250 --out scalable_ep_mnist_gpu
+  run 70 python3 benchmarks/perf/predict_memory.py --device cuda --sizes 10000000 --sources array --out predict_memory_gpu
+  echo "== $(date +%T) done"; exit
+fi
 nvidia-smi -L; python3 -c "import torch, gpytorch; print('torch', torch.__version__, 'gpytorch', gpytorch.__version__)"
 # the k-means inducing inputs of mnist-1024 once, on every core (the runs themselves use one thread each)
 run 60 python3 -c "import sys; sys.path[:0] = ['benchmarks', 'benchmarks/perf']; import peers_throughput as p; p._inducing(p._data('mnist')[0], 1024)"

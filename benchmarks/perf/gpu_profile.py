@@ -1,7 +1,7 @@
 """Where the time of one minibatch step goes on an accelerator: torch.profiler over the MNIST-shaped step.
 
-The step is ``device_check.mnist_shaped_step`` (M = 200, C = 10, D = 784, B = 200: closed-form update,
-forward, backward, Adam). For each method and dtype, after --warmup steps, --steps steps run under
+The step is ``device_check.mnist_shaped_step`` (M = 200, C = 10, D = 784, B = 200, or --m / --b: closed-form
+update, forward, backward, Adam). For each method and dtype, after --warmup steps, --steps steps run under
 ``torch.profiler`` and the JSON records per step:
 
 * wall milliseconds (profiled, so a little above the plain timing of device_check.py);
@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device"))   # benchmarks/device/: device_check
 from _common import write
 from device_check import _sync, mnist_shaped_step
 
@@ -40,8 +41,8 @@ def _own_device_us(e) -> float:
     return float(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)))
 
 
-def profile_one(method: str, dtype: str, device: str, steps: int, warmup: int) -> dict:
-    step = mnist_shaped_step(method, getattr(torch, dtype), device)
+def profile_one(method: str, dtype: str, device: str, steps: int, warmup: int, M: int = 200, B: int = 200) -> dict:
+    step = mnist_shaped_step(method, getattr(torch, dtype), device, M, B)
     for _ in range(warmup):
         step()
     _sync(device)
@@ -59,7 +60,7 @@ def profile_one(method: str, dtype: str, device: str, steps: int, warmup: int) -
     host_api = {e.key: e.count for e in table if e.key in _SYNC_CALLS}
     top_dev = sorted(table, key=_own_device_us, reverse=True)[:12]
     top_host = sorted(table, key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
-    return {"method": method, "dtype": dtype, "device": device, "steps": steps,
+    return {"method": method, "dtype": dtype, "device": device, "steps": steps, "M": M, "B": B,
             "wall_ms_per_step": 1e3 * wall / steps,
             "device_busy_ms_per_step": busy_us / 1e3 / steps,
             "ops_own_device_ms_per_step": own_dev_us / 1e3 / steps,     # the same busy time, seen from the operators
@@ -77,6 +78,8 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--methods", nargs="+", default=["vi", "sep"], choices=["vi", "sep"])
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
+    ap.add_argument("--m", type=int, default=200, help="inducing points per class")
+    ap.add_argument("--b", type=int, default=200, help="minibatch size")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="gpu_profile")
@@ -84,7 +87,7 @@ def main():
     rows = []
     for method in args.methods:
         for dt in args.dtypes:
-            r = profile_one(method, dt, args.device, args.steps, args.warmup)
+            r = profile_one(method, dt, args.device, args.steps, args.warmup, args.m, args.b)
             rows.append(r)
             print({k: r[k] for k in ("method", "dtype", "wall_ms_per_step", "device_busy_ms_per_step",
                                      "ops_own_device_ms_per_step", "kernels_per_step", "aten_ops_per_step", "host_sync_calls_per_step")}, flush=True)
