@@ -631,3 +631,45 @@ def test_dtype_auto_is_kept_by_save_load_and_warm_starts(tmp_path):
     atomic_save(tmp_path / "bad.sgpc", d)
     with pytest.raises(ModelFileError, match="does not say which precision"):
         GPClassifier.load(tmp_path / "bad.sgpc")
+
+
+def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
+    """batch_size="auto" resolves to the full batch below ``fitting.AUTO_MINIBATCH_WORK`` (N·C·M·(M + D)) and to
+    minibatches of ``AUTO_BATCH_SIZE`` from there (the threshold lowered here so that a small problem crosses
+    it); each resolved fit is bit for bit the fit with that batch size given, optimizer and tol included."""
+    from sgpc import fitting
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 3))
+    y = np.argmax(X + 0.4 * rng.normal(size=(300, 3)), 1)
+    kw = dict(n_inducing=10, max_iter=6, random_state=0, dtype="float64")
+    work = 300 * 3 * 10 * (10 + 3)                                              # N·C·M·(M + D)
+    monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", work + 1)                # just above: the full batch
+    full = GPClassifier(**kw).fit(X, y)
+    assert full.batch_size == "auto" and full.batch_size_ is None
+    np.testing.assert_array_equal(full.predict_proba(X[:40]), GPClassifier(**kw, batch_size=None).fit(X, y).predict_proba(X[:40]))
+    monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", work)                    # reached: minibatches
+    for method in ("ep", "sep", "vi"):
+        auto = GPClassifier(method=method, **kw).fit(X, y)
+        assert auto.batch_size_ == fitting.AUTO_BATCH_SIZE == 256
+        given = GPClassifier(method=method, batch_size=256, **kw).fit(X, y)
+        np.testing.assert_array_equal(auto.predict_proba(X[:40]), given.predict_proba(X[:40]))
+        assert auto.history_["objective"] == given.history_["objective"]
+    # a full-batch-only method, and a hybrid model, keep the full batch whatever the size
+    assert GPClassifier(method="gfitc", n_inducing=10, max_iter=1, random_state=0).fit(X, y).batch_size_ is None
+    assert GPClassifier(method="vi", feature_extractor=torch.nn.Linear(3, 2), **kw).fit(X, y).batch_size_ is None
+
+
+def test_batch_size_auto_minibatches_a_stream_and_bad_batch_sizes_are_named(tmp_path):
+    from sgpc import stream
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
+    est = GPClassifier(method="sep", n_inducing=8, max_iter=3, random_state=0).fit(stream.NpySource(X, y, block_rows=100))
+    assert est.batch_size_ == 256
+    with pytest.raises(ValueError, match="streaming from a file or source needs minibatches"):
+        GPClassifier(method="sep", batch_size=None, max_iter=1).fit(stream.NpySource(X, y, block_rows=100))
+    for bad in (0, -3, 2.5, True, "big"):
+        with pytest.raises(ValueError, match=r"batch_size must be a positive integer, None \(the full batch\) or 'auto'"):
+            GPClassifier(batch_size=bad).fit(X, y)
+    with pytest.raises(ValueError, match="runs EP to convergence on the whole data set"):
+        GPClassifier(method="rmgpc", batch_size=32).fit(X, y)

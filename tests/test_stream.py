@@ -274,8 +274,8 @@ def test_streaming_errors(tmp_path):
     src = stream.NpySource(X, y)
     with pytest.raises(ValueError, match="per-point state"):
         _clf("ep").fit(src)
-    with pytest.raises(ValueError, match="batch_size"):
-        GPClassifier(method="vi").fit(src)
+    with pytest.raises(ValueError, match="batch_size"):         # the default "auto" streams in minibatches of 256
+        GPClassifier(method="vi", batch_size=None).fit(src)
     with pytest.raises(ValueError, match="carries its labels"):
         _clf().fit(src, y)
     with pytest.raises(ValueError, match=".npy"):

@@ -8,6 +8,8 @@
 #   4. the fuzzing checks (row independence, sums, seeds, save/load) with every fit on the GPU (fuzz.py).
 # Run on the device machine from the repository root, with MNIST copied to .devdata/datasets/mnist; each command
 # is bounded, and the results so far are packed into $OUT after each one, so a cut-off call still returns them.
+# (On 2026-11-28 the MNIST runs were cut at 100 and 120 s before writing their JSON: each test evaluation took
+# several seconds on the GPU; their bounds are 150 s now. Results: docs/results/scale.md, "Issue 41's GPU targets".)
 export SGPC_DATA=$PWD/.devdata/datasets PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 run() {
   echo "== $(date +%T) $*"; timeout "$@" 2>&1 | grep -v -E "^W[0-9]{4} |FutureWarning|warnings.warn|^  check\("
@@ -17,7 +19,7 @@ if [ "$1" = profile ]; then   # the second call: where sgpc's step goes at M = 1
       --steps 5 --warmup 3 --out gpu_profile_gpu_1024
   run 40 python3 benchmarks/perf/gpu_profile.py --device cuda --methods sep --dtypes float32 --m 1024 --b 4096 \
       --steps 1 --warmup 1 --out gpu_profile_gpu_1024_sep
-  run 120 python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent \
+  run 150 python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent \
       --threads 8 --batch 4000 --lr 0.03 --minutes 1 --eval-every 250 --out scalable_ep_mnist_gpu
   run 70 python3 benchmarks/perf/predict_memory.py --device cuda --sizes 10000000 --sources array --out predict_memory_gpu
   echo "== $(date +%T) done"; exit
@@ -31,8 +33,8 @@ run 60 $P --dtype float64 --methods vi --peer-methods svgp-softmax-largebatch --
 E="python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent --threads 8"
 # B and the rate from a CPU probe of the first 250 steps (B = 1 000: lr 0.03 ahead of 0.01; natural-gradient steps
 # of q with γ = 0.1 went to NLL 5.7): on a GPU a larger minibatch costs little more per step
-run 100 $E --batch 1000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
-run 100 $E --batch 4000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
+run 150 $E --batch 1000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
+run 150 $E --batch 4000 --lr 0.03 --minutes 1 --eval-every 500 --out scalable_ep_mnist_gpu
 run 90 python3 benchmarks/perf/predict_memory.py --device cuda --sources array npy --out predict_memory_gpu
 run 60 python3 benchmarks/perf/fuzz.py --device cuda --problems 33 --out fuzz_gpu
 echo "== $(date +%T) done"

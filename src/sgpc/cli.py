@@ -97,6 +97,12 @@ def _inducing(value: str) -> int | str:
     return "auto" if value.lower() == "auto" else int(value)
 
 
+def _batch(value: str) -> int | str | None:
+    """--batch-size: a positive integer, "auto" (``GPClassifier``'s rule from the size of the problem) or "none"
+    (the full batch)."""
+    return None if value.lower() == "none" else "auto" if value.lower() == "auto" else int(value)
+
+
 def _tol(value: str) -> float | str | None:
     """--tol: a number, "auto" (the method's) or "none" (run to the ceiling)."""
     return None if value.lower() == "none" else "auto" if value.lower() == "auto" else float(value)
@@ -149,7 +155,9 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "(default: %(default)s)", dict(type=int, metavar="N")),
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
-    Option("--batch-size", "batch_size", "minibatch size (default: full batch)", dict(type=int, metavar="B")),
+    Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 256 rows "
+           "once rows × classes × inducing points × (inducing points + features) reach 1e9 (default: "
+           "%(default)s)", dict(type=_batch, metavar="B")),
     Option("--optimizer", "optimizer", "(default: the method's: rprop for a full-batch ep fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep and "
@@ -248,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of the one-line report")
     p.add_argument("--stream", action="store_true",
                    help="stream a Parquet file in row groups instead of loading it (vi, sep, apep, arpep, rpapep; "
-                        "needs --batch-size; standardisation statistics from one streaming pass)")
+                        "minibatches of --batch-size rows, 256 when auto; standardisation statistics from one "
+                        "streaming pass)")
     p.add_argument("--nproc", type=int, default=1, metavar="P",
                    help="data-parallel training in P local processes (torch.distributed, gloo; default: 1), "
                         "each with --threads torch threads (default 1)")
@@ -552,6 +561,7 @@ def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], s
         summary = {"model": args.output, "data": record["data"], "source": record["source"], "n_rows": N,
                    "n_features": D, "classes": est.classes_.tolist(), "method": est.method,
                    "likelihood": est.likelihood, "kernel": est.kernel, "n_inducing": est.model_.n_inducing,
+                   "batch_size": getattr(est, "batch_size_", None), "dtype": getattr(est, "dtype_", None),
                    "n_iter": int(est.n_iter_), "converged": bool(est.converged_), "at_prior": bool(est.at_prior_),
                    "stalled": bool(est.stalled_), "objective": objective,
                    "timings": {"fit_s": seconds, "total_s": time.perf_counter() - started},
@@ -559,8 +569,9 @@ def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], s
         print(json.dumps(summary))
         return 0
     shown = "nan" if objective is None else f"{objective:.6g}"
+    batches = "" if getattr(est, "batch_size_", None) is None else f" in minibatches of {est.batch_size_}"
     print(f"fitted {est.method} on {what}: N={N} D={D} C={len(est.classes_)} M={est.model_.n_inducing}, "
-          f"{est.n_iter_} iterations in {seconds:.1f} s ({_fit_status(est)}), "
+          f"{est.n_iter_} iterations{batches} in {seconds:.1f} s ({_fit_status(est)}), "
           f"final objective {shown}; wrote {args.output}")
     return 0
 

@@ -107,7 +107,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
-        batch_size: minibatch size; None = full batch.
+        batch_size: minibatch size; None = full batch; "auto" (default): minibatches of 256 rows when a
+            full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
+            the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
+            fit there took about a minute to converge; docs/design-notes.md); a streamed fit always uses
+            minibatches. The fitted
+            ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the full batch unless
+            given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
         dtype: "auto" (default), "float64" or "float32". "auto": for method "ep", float32 when rows × classes ×
             inducing points reach 400 000 (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate and a float32
@@ -158,7 +164,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  method_params: dict | None = None, likelihood_params: dict | None = None,
                  kernel_params: dict | None = None, n_inducing: int | str = "auto", inducing_params: dict | None = None,
                  optimizer: str | None = None, optimizer_params: dict | None = None, learning_rate: float | None = None,
-                 max_iter: int = 500, n_epochs: int | None = None, batch_size: int | None = None, random_state=None,
+                 max_iter: int = 500, n_epochs: int | None = None, batch_size: int | str | None = "auto", random_state=None,
                  dtype: str = "auto", device: str = "cpu", verbose: int = 0,
                  feature_extractor: torch.nn.Module | None = None, warm_start: bool = False,
                  compile: str | None = None, tol: float | str | None = "auto", n_iter_no_change: int = 10,

@@ -30,7 +30,7 @@ from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
-                       make_engine, make_kernel, make_likelihood)
+                       make_engine, make_kernel, make_likelihood, optimizer_of, tol_of)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
@@ -175,6 +175,16 @@ AUTO_FLOAT32_WORK = 400_000
 AUTO_FLOAT32_MAX_ABS = 1e18
 
 
+# batch_size="auto": minibatches of AUTO_BATCH_SIZE rows when a full-batch iteration's work N·C·M·(M + D)
+# (rows, classes, inducing points, features: the [L,N,M] × [M,M] products and the kernel) reaches
+# AUTO_MINIBATCH_WORK and the method takes minibatches, else the full batch; a streamed fit always takes
+# minibatches. Full-batch `ep` fits took 40–70 s per 10⁹ of that work to converge (adult 31 s at 0.83·10⁹,
+# pendigits 53 s at 1.02·10⁹, connect-4 93 s at 1.36·10⁹, letter over 240 s at 4.8·10⁹), while a minibatch
+# step's cost does not grow with N (docs/design-notes.md, 'batch_size="auto"').
+AUTO_MINIBATCH_WORK = 1e9
+AUTO_BATCH_SIZE = 256
+
+
 def auto_inducing(N: int) -> int:
     """M of n_inducing="auto" for N rows (``AUTO_INDUCING``)."""
     per, low, high = AUTO_INDUCING
@@ -195,6 +205,19 @@ def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
         return {**p, "dtype": "float64"}
     M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
     return {**p, "dtype": "float32" if N * C * M >= AUTO_FLOAT32_WORK else "float64"}
+
+
+def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = False) -> dict:
+    """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``), and
+    with the optimizer and tol that depend on it (``registry.optimizer_of``, ``registry.tol_of``) derived again."""
+    if p["batch_size"] != "auto":
+        return p
+    M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
+    # a hybrid model (feature extractor) keeps the full batch unless its batch size is given, as before "auto"
+    minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
+                             and p["feature_extractor"] is None and N * C * M * (M + D) >= AUTO_MINIBATCH_WORK)
+    given = {**est.get_params(deep=False), "batch_size": min(AUTO_BATCH_SIZE, N) if minibatch else None}
+    return {**p, "batch_size": given["batch_size"], "optimizer": optimizer_of(given), "tol": tol_of(given)}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:
@@ -267,6 +290,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
                          f"latent function, probit sites); y has {len(classes)} classes: use "
                          "likelihood='robustmax' for more than 2, or method='vi' for this likelihood's multi-class "
                          "model")
+    p = resolve_batch_size(est, p, X.shape[0], X.shape[1], len(classes))
     p = resolve_dtype(est, p, len(X), len(classes), float(np.abs(X).max()) if X.size else 0.0)
     rng = check_random_state(p["random_state"])
     seed = int(rng.randint(0, 2 ** 31 - 1))
@@ -310,7 +334,9 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     if p["verbose"]:
         print(f"sgpc: {p['method']} with {likelihood_name(p)} likelihood, {len(classes)} classes "
               f"({est.model_.n_latent} latent functions"
-              f"{'; binary form' if est.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}")
+              f"{'; binary form' if est.model_.n_latent == 1 else ''}), N={N}, D={D}, M={M}, "
+              + ("full batch" if p["batch_size"] is None else f"minibatches of {p['batch_size']}")
+              + f", {p['dtype']}")
     est.state_, history = fit_loop(est.model_, engine, state, Xt, yt, loop, generator=generator,
                                    validate=validate, resume=resume, comm=comm,
                                    monitor=None if monitor is None else monitor(engine), prior=hyperprior(p, est.model_),
@@ -374,6 +400,7 @@ def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: to
     est.history_ = history.as_dict()
     est.n_iter_ = len(history.iteration)
     est.dtype_ = p["dtype"]            # "auto" resolved (``resolve_dtype``)
+    est.batch_size_ = p["batch_size"]  # "auto" resolved (``resolve_batch_size``)
     est._fitted_as_ = structure(p)     # what a warm start may continue
     est._full_gp_ = full_gp
     est.warm_started_ = bool(warm)
@@ -407,7 +434,7 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
         raise ValueError(f"method={p['method']!r} {why}; streaming supports "
                          f"{', '.join(map(repr, capable('streamable')))}")
     if p["batch_size"] is None:
-        raise ValueError("streaming from a file or source needs minibatches: set batch_size")
+        raise ValueError("streaming from a file or source needs minibatches: set batch_size (or leave it 'auto')")
     if p["early_stopping"]:
         raise ValueError("early_stopping holds out rows of in-memory data; a streamed fit stops on its training "
                          "objective (tol, n_iter_no_change): set early_stopping=False")
@@ -424,6 +451,7 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
         raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
     previous_classes = getattr(est, "classes_", None)
     N, D = st.n_rows, source.n_features
+    p = resolve_batch_size(est, p, N, D, len(st.classes), streamed=True)
     p = resolve_dtype(est, p, N, len(st.classes), None)
     M = inducing_count(p, N, stacklevel=4)
     warm = continues(est, p, D, st.classes, previous_classes, M)

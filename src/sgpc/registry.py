@@ -396,12 +396,18 @@ def resolve(params: dict) -> dict:
             "optimizer": optimizer_of(params), "tol": tol_of(params)}
 
 
+def _full_batch(params: dict) -> bool:
+    """Whether these parameters fit on the full batch. batch_size "auto" counts as the full batch until a fit
+    resolves it for its data (``fitting.resolve_batch_size``, which derives the optimizer and tol again)."""
+    return params.get("batch_size") in (None, "auto")
+
+
 def tol_of(params: dict) -> float | None:
     """The stopping tolerance a fit with these estimator parameters uses: ``tol``, or for "auto" the method's
     (``Method.tol``) in a full-batch fit and 1e-4 with minibatches."""
     if params.get("tol", "auto") != "auto":
         return params["tol"]
-    return METHODS[params["method"]].tol if params.get("batch_size") is None else 1e-4
+    return METHODS[params["method"]].tol if _full_batch(params) else 1e-4
 
 
 def optimizer_of(params: dict) -> str:
@@ -410,7 +416,7 @@ def optimizer_of(params: dict) -> str:
     gradients)."""
     if params.get("optimizer") is not None:
         return params["optimizer"]
-    return METHODS[params["method"]].optimizer if params.get("batch_size") is None else "adam"
+    return METHODS[params["method"]].optimizer if _full_batch(params) else "adam"
 
 
 def method_table() -> str:

@@ -337,13 +337,19 @@ def check_params(est) -> dict:
     check_choice("compile", est.compile, COMPILE_MODES)
     caps = METHODS[est.method].capabilities
     streamable = capable("streamable")
-    if est.compile is not None and (not caps.streamable or est.batch_size is None
+    if not (est.batch_size is None or (isinstance(est.batch_size, str) and est.batch_size == "auto")
+            or (isinstance(est.batch_size, (int, np.integer)) and not isinstance(est.batch_size, (bool, np.bool_))
+                and est.batch_size >= 1)):
+        raise ValueError(f"batch_size must be a positive integer, None (the full batch) or 'auto' (minibatches of "
+                         f"256 rows once rows × classes × inducing points × (inducing points + features) reach 1e9), "
+                         f"got {est.batch_size!r}")
+    if est.compile is not None and (not caps.streamable or est.batch_size in (None, "auto")
                                      or est.feature_extractor is not None):
         raise ValueError(f"compile={est.compile!r} applies to the minibatch steps of "
                          f"{', '.join(map(repr, streamable))} without a feature extractor (set batch_size); "
                          f"got method={est.method!r}, batch_size={est.batch_size!r}"
                          f"{', a feature extractor' if est.feature_extractor is not None else ''}")
-    if caps.full_batch_only and est.batch_size is not None:
+    if caps.full_batch_only and est.batch_size not in (None, "auto"):
         raise ValueError(f"method={est.method!r} runs EP to convergence on the whole data set: use batch_size=None")
     _check_likelihood_choice(est)
     options = check_options(est.get_params(deep=False))
