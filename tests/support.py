@@ -94,7 +94,9 @@ def weighting_xfails(estimator) -> dict:
                 "the inducing inputs start at k-means centres drawn at random, and n_inducing is clamped to the rows: "
                 "repeated rows start elsewhere than weighted ones. From the same start integer weights equal repeated "
                 "rows (tests/test_sample_weight.py)"}
-    if not METHODS[estimator.method].capabilities.weighted:
+    from sgpc.registry import AUTO_FULL_BATCH, AUTO_MINIBATCH
+    chosen = (AUTO_FULL_BATCH, AUTO_MINIBATCH) if estimator.method == "auto" else (estimator.method,)
+    if not all(METHODS[m].capabilities.weighted for m in chosen):
         why = f"method={estimator.method!r} takes weights of 0 and 1 only (EP in function space)"
         failures.update({check: why for check in ("check_sample_weights_list", "check_sample_weights_not_overwritten",
                                                   "check_class_weight_classifiers")})

@@ -410,7 +410,7 @@ def test_help_lists_the_registry_choices():
     from sgpc.registry import KERNELS, METHODS
     from sgpc.validation import USER_LIKELIHOODS
     text = cli.build_parser()._subparsers._group_actions[0].choices["fit"].format_help()
-    for names in (METHODS, USER_LIKELIHOODS, KERNELS):
+    for names in (("auto", *METHODS), USER_LIKELIHOODS, KERNELS):
         assert "{" + ",".join(names) + "}" in text
     assert "--device" in text and "--json" in text
 

@@ -567,12 +567,14 @@ def test_compile_options_are_checked(iris):
 
 
 def test_defaults_are_the_ones_the_suite_chose(iris):
-    # docs/suite.md: method "ep" with fixed k-means inducing inputs, Adam at 0.05, M = N // 8 within [30, 100]
+    # docs/suite.md: method "ep" (what "auto" is on the full batch) with fixed k-means inducing inputs, Rprop's
+    # initial step 0.05, M = N // 8 within [30, 100]
     from sgpc import fitting
     X, y = iris
     est = GPClassifier(max_iter=2, tol=None, random_state=0).fit(X, y)
     p = fitting.settings(est)
-    assert est.method == "ep" and p["learning_rate"] == 0.05 and p["inducing_params"]["learn"] is False
+    assert est.method == "auto" and est.method_ == "ep" and p["method"] == "ep"
+    assert p["learning_rate"] == 0.05 and p["inducing_params"]["learn"] is False
     assert est.model_.n_inducing == 30 and not est.model_.Z.requires_grad          # 150 // 8 < 30
     assert [fitting.inducing_count({"n_inducing": "auto"}, n, 1) for n in (10, 100, 400, 799, 5000)] == \
         [10, 30, 50, 99, 100]
@@ -673,3 +675,38 @@ def test_batch_size_auto_minibatches_a_stream_and_bad_batch_sizes_are_named(tmp_
             GPClassifier(batch_size=bad).fit(X, y)
     with pytest.raises(ValueError, match="runs EP to convergence on the whole data set"):
         GPClassifier(method="rmgpc", batch_size=32).fit(X, y)
+
+
+def test_method_auto_is_ep_on_the_full_batch_and_sep_with_minibatches(monkeypatch, tmp_path):
+    """method="auto" (the default) is bit for bit the "ep" fit when the fit takes the full batch and the "sep" fit
+    when it takes minibatches (``fitting.resolve_method``); ``method_`` says which, and model files keep it."""
+    from sgpc import fitting, stream
+    from sgpc.persist import atomic_save, load_model
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(300, 3))
+    y = np.argmax(X + 0.4 * rng.normal(size=(300, 3)), 1)
+    kw = dict(n_inducing=10, max_iter=6, random_state=0, dtype="float64")
+    full = GPClassifier(**kw).fit(X, y)
+    assert full.method == "auto" and full.method_ == "ep" and full.batch_size_ is None
+    np.testing.assert_array_equal(full.predict_proba(X[:30]), GPClassifier(method="ep", **kw).fit(X, y).predict_proba(X[:30]))
+    monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", 300 * 3 * 10 * (10 + 3))    # reached: minibatches
+    mini = GPClassifier(**kw).fit(X, y)
+    assert mini.method_ == "sep" and mini.batch_size_ == 256
+    given = GPClassifier(method="sep", batch_size=256, **kw).fit(X, y)
+    np.testing.assert_array_equal(mini.predict_proba(X[:30]), given.predict_proba(X[:30]))
+    # a batch size given decides too: minibatches are sep, the full batch is ep, whatever the size
+    assert GPClassifier(batch_size=64, **kw).fit(X, y).method_ == "sep"
+    assert GPClassifier(batch_size=None, **kw).fit(X, y).method_ == "ep"
+    # and a stream, which takes minibatches
+    assert GPClassifier(n_inducing=8, max_iter=2).fit(stream.NpySource(X, y, block_rows=100)).method_ == "sep"
+    # the file records the choice; a file of an "auto" fit that does not is refused, not guessed
+    mini.save(tmp_path / "m.sgpc")
+    back = GPClassifier.load(tmp_path / "m.sgpc")
+    assert back.method == "auto" and back.method_ == "sep"
+    np.testing.assert_array_equal(back.predict_proba(X[:30]), mini.predict_proba(X[:30]))
+    d = load_model(tmp_path / "m.sgpc")
+    del d["method"]
+    d["checksum"] = digest(d)
+    atomic_save(tmp_path / "bad.sgpc", d)
+    with pytest.raises(ModelFileError, match="does not say which method"):
+        GPClassifier.load(tmp_path / "bad.sgpc")

@@ -146,7 +146,7 @@ def test_guard_every_method_is_offered_by_the_cli_and_listed_in_the_readme():
     from sgpc.cli import build_parser
     fit = build_parser()._subparsers._group_actions[0].choices["fit"]
     method_action = next(a for a in fit._actions if "--method" in a.option_strings)
-    assert tuple(method_action.choices) == tuple(METHODS)
+    assert tuple(method_action.choices) == ("auto", *METHODS)
     table = method_table()
     readme = README.read_text(encoding="utf-8")
     assert table in readme, ("README's method table is not registry.method_table(); paste the output of "

@@ -145,7 +145,8 @@ def _takers(key: str) -> str:
 # CLI flag -> GPClassifier argument: the one table to change when the estimator's arguments change. Choices come
 # from the registry (methods, likelihoods, kernels) and the modules that define them.
 FIT_OPTIONS: tuple[Option, ...] = (
-    Option("--method", "method", "inference method (default: %(default)s)", dict(choices=tuple(METHODS))),
+    Option("--method", "method", "inference method; 'auto' ep on the full batch, sep with minibatches (default: "
+           "%(default)s)", dict(choices=("auto", *METHODS))),
     Option("--likelihood", "likelihood", "likelihood (default: %(default)s; bsvm uses its own hinge)",
            dict(choices=USER_LIKELIHOODS)),
     Option("--kernel", "kernel", "kernel (default: %(default)s)", dict(choices=tuple(KERNELS))),
@@ -559,7 +560,7 @@ def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], s
     N, D = shape
     if args.json:
         summary = {"model": args.output, "data": record["data"], "source": record["source"], "n_rows": N,
-                   "n_features": D, "classes": est.classes_.tolist(), "method": est.method,
+                   "n_features": D, "classes": est.classes_.tolist(), "method": est.method_,
                    "likelihood": est.likelihood, "kernel": est.kernel, "n_inducing": est.model_.n_inducing,
                    "batch_size": getattr(est, "batch_size_", None), "dtype": getattr(est, "dtype_", None),
                    "n_iter": int(est.n_iter_), "converged": bool(est.converged_), "at_prior": bool(est.at_prior_),
@@ -570,7 +571,7 @@ def _fit_and_save(args, X, y, record: dict, what: str, shape: tuple[int, int], s
         return 0
     shown = "nan" if objective is None else f"{objective:.6g}"
     batches = "" if getattr(est, "batch_size_", None) is None else f" in minibatches of {est.batch_size_}"
-    print(f"fitted {est.method} on {what}: N={N} D={D} C={len(est.classes_)} M={est.model_.n_inducing}, "
+    print(f"fitted {est.method_} on {what}: N={N} D={D} C={len(est.classes_)} M={est.model_.n_inducing}, "
           f"{est.n_iter_} iterations{batches} in {seconds:.1f} s ({_fit_status(est)}), "
           f"final objective {shown}; wrote {args.output}")
     return 0

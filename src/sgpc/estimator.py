@@ -25,7 +25,7 @@ from . import fitting, stream
 from .persist import ModelFileError, check_plain, model_payload, read_model, save_model
 from .registry import make_engine
 from .sparse import predict as predict_outputs
-from .validation import DTYPES, check_finite, check_predictions, plain_value, validated
+from .validation import DTYPES, check_finite, check_predictions, plain_value, validated, with_method
 
 __all__ = ["GPClassifier", "ModelFileError"]
 
@@ -36,7 +36,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     """Sparse Gaussian-process classifier with inducing points (multi-class and binary).
 
     Args:
-        method: inference method, one of ``registry.METHODS`` (the README's method table): "vi", "ep", "sep",
+        method: "auto" (default): "ep" in a full-batch fit, "sep" with minibatches (``batch_size`` below; the
+            fitted ``method_`` says which; docs/design-notes.md, 'method="auto"'); or an inference method, one of
+            ``registry.METHODS`` (the README's method table): "vi", "ep", "sep",
             "gfitc", "pep", "apep", "arpep", "rpapep", "bsvm", "rmgpc", "smgpc". "gfitc", "rmgpc" and "smgpc"
             run EP in function space on the whole data (full batch; use optimizer="lbfgs"); with n_inducing
             >= the number of rows "rmgpc"/"smgpc" are the full GP (FITC with Z = X, fixed: exact). "bsvm" uses
@@ -160,7 +162,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
     ``load``, metadata_ (the ``metadata`` passed to ``save``, {} without).
     """
 
-    def __init__(self, method: str = "ep", likelihood="robustmax", kernel="rbf",
+    def __init__(self, method: str = "auto", likelihood="robustmax", kernel="rbf",
                  method_params: dict | None = None, likelihood_params: dict | None = None,
                  kernel_params: dict | None = None, n_inducing: int | str = "auto", inducing_params: dict | None = None,
                  optimizer: str | None = None, optimizer_params: dict | None = None, learning_rate: float | None = None,
@@ -197,8 +199,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         self.class_weight = class_weight
 
     def _make_engine(self):
-        """The engine that the (checked) parameters make."""
-        return make_engine(fitting.settings(self))
+        """The engine that the (checked) parameters make: of the method a fit chose, once fitted."""
+        chosen = getattr(self, "method_", None)
+        return make_engine(fitting.settings(self if chosen is None else with_method(self, chosen)))
 
     def _tensor(self, A) -> torch.Tensor:
         return fitting.as_tensor({"dtype": self.dtype_, "device": self.device}, A)

@@ -29,12 +29,12 @@ from . import diagnostics, stream, weighting
 from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
-from .registry import (LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe, likelihood_key, likelihood_name,
-                       make_engine, make_kernel, make_likelihood, optimizer_of, tol_of)
+from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe,
+                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, optimizer_of, tol_of)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
-                         check_sample_weight, unique_labels, validated)
+                         check_sample_weight, unique_labels, validated, with_method)
 from .warm_start import architecture, match_rows, row_keys
 
 __all__ = ["settings", "build_model", "structure", "fit", "fit_arrays", "fit_stream", "restore", "as_tensor",
@@ -207,15 +207,37 @@ def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
     return {**p, "dtype": "float32" if N * C * M >= AUTO_FLOAT32_WORK else "float64"}
 
 
+def _large(p: dict, N: int, D: int, C: int) -> bool:
+    """Whether a full-batch iteration's work N·C·M·(M + D) reaches ``AUTO_MINIBATCH_WORK``."""
+    M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
+    return N * C * M * (M + D) >= AUTO_MINIBATCH_WORK
+
+
+def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False):
+    """For method "auto": the estimator seen as the method it chooses for N rows of D features and C classes, and
+    its parameters ``p`` checked and resolved for that method; else ``est`` and ``p`` as they are.
+
+    "auto" is ``AUTO_FULL_BATCH`` ("ep") in a full-batch fit and ``AUTO_MINIBATCH`` ("sep") with minibatches: a
+    given batch size, a streamed fit, or batch_size "auto" on a problem past ``AUTO_MINIBATCH_WORK``. With 256-row
+    minibatches `sep` fitted every set of the suite that takes them better than `ep` (docs/design-notes.md,
+    'method="auto"')."""
+    if est.method != "auto":
+        return est, p
+    minibatch = streamed or (p["batch_size"] == "auto" and p["feature_extractor"] is None and _large(p, N, D, C)) \
+        or p["batch_size"] not in (None, "auto")
+    view = with_method(est, AUTO_MINIBATCH if minibatch else AUTO_FULL_BATCH)
+    return view, settings(view)
+
+
 def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = False) -> dict:
     """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``), and
-    with the optimizer and tol that depend on it (``registry.optimizer_of``, ``registry.tol_of``) derived again."""
+    with the optimizer and tol that depend on it (``registry.optimizer_of``, ``registry.tol_of``) derived again.
+    ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     if p["batch_size"] != "auto":
         return p
-    M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
     # a hybrid model (feature extractor) keeps the full batch unless its batch size is given, as before "auto"
     minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
-                             and p["feature_extractor"] is None and N * C * M * (M + D) >= AUTO_MINIBATCH_WORK)
+                             and p["feature_extractor"] is None and _large(p, N, D, C))
     given = {**est.get_params(deep=False), "batch_size": min(AUTO_BATCH_SIZE, N) if minibatch else None}
     return {**p, "batch_size": given["batch_size"], "optimizer": optimizer_of(given), "tol": tol_of(given)}
 
@@ -265,7 +287,6 @@ def fit(est, X, y, *, X_val, y_val, resume: bool, comm, sample_weight=None, **ru
 def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dict, sample_weight=None):
     """Fit on in-memory arrays X [N,D], y [N], rows weighted by ``sample_weight`` [N] (None: 1 each) and the
     ``class_weight`` parameter (``weighting``)."""
-    method = METHODS[p["method"]]
     X, y = validated(est, X, y, reset=True)
     classes, y_enc = unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
     check_classification_targets(y)
@@ -280,6 +301,8 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     if len(classes) < 2:
         among = " among the rows of positive weight" if rows is not None else ""
         raise ValueError(f"y has only one class ({classes[0]!r}){among}; a classifier needs at least 2 classes")
+    chosen, p = resolve_method(est, p, X.shape[0], X.shape[1], len(classes))
+    method = METHODS[p["method"]]
     if w is not None and not method.capabilities.weighted:
         raise ValueError(f"method={p['method']!r} cannot weigh rows (EP in function space: a row repeated w times is "
                          "w latent values, not one site to the power w); with it, sample_weight and class_weight may "
@@ -290,7 +313,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
                          f"latent function, probit sites); y has {len(classes)} classes: use "
                          "likelihood='robustmax' for more than 2, or method='vi' for this likelihood's multi-class "
                          "model")
-    p = resolve_batch_size(est, p, X.shape[0], X.shape[1], len(classes))
+    p = resolve_batch_size(chosen, p, X.shape[0], X.shape[1], len(classes))
     p = resolve_dtype(est, p, len(X), len(classes), float(np.abs(X).max()) if X.size else 0.0)
     rng = check_random_state(p["random_state"])
     seed = int(rng.randint(0, 2 ** 31 - 1))
@@ -401,6 +424,7 @@ def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: to
     est.n_iter_ = len(history.iteration)
     est.dtype_ = p["dtype"]            # "auto" resolved (``resolve_dtype``)
     est.batch_size_ = p["batch_size"]  # "auto" resolved (``resolve_batch_size``)
+    est.method_ = p["method"]          # "auto" resolved (``resolve_method``)
     est._fitted_as_ = structure(p)     # what a warm start may continue
     est._full_gp_ = full_gp
     est.warm_started_ = bool(warm)
@@ -427,6 +451,10 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
     Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
     are not refreshed by a final full-data update (that would be one more pass over the data).
     """
+    if est.method == "auto":      # a stream takes minibatches: "auto" is sep (``resolve_method``)
+        chosen, p = resolve_method(est, p, 0, 0, 0, streamed=True)
+    else:
+        chosen = est
     caps = METHODS[p["method"]].capabilities
     if not caps.streamable:
         why = "keeps per-point state and needs the data in memory" if caps.per_row_state or \
@@ -451,7 +479,7 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
         raise ValueError(f"y has only one class ({st.classes[0]!r}); a classifier needs at least 2 classes")
     previous_classes = getattr(est, "classes_", None)
     N, D = st.n_rows, source.n_features
-    p = resolve_batch_size(est, p, N, D, len(st.classes), streamed=True)
+    p = resolve_batch_size(chosen, p, N, D, len(st.classes), streamed=True)
     p = resolve_dtype(est, p, N, len(st.classes), None)
     M = inducing_count(p, N, stacklevel=4)
     warm = continues(est, p, D, st.classes, previous_classes, M)
@@ -484,6 +512,12 @@ def restore(est, d: dict, path="the model file") -> None:
     """Set the fitted attributes of ``est`` (constructed with the file's parameters) from a model file's
     content ``d`` (``persist.read_model``)."""
     p = settings(est)
+    if est.method == "auto":              # the method the fit chose (``model_payload``)
+        name = d.get("method")
+        if name not in METHODS:
+            raise ModelFileError(f"{path} is damaged: it was fitted with method='auto' but does not say which "
+                                 f"method that chose ({name!r}; expected one of {sorted(METHODS)})")
+        p = settings(with_method(est, name))
     if p["dtype"] == "auto":              # the precision the model was fitted in (``model_payload``)
         name = d.get("dtype")
         if name not in DTYPES:
@@ -519,6 +553,7 @@ def restore(est, d: dict, path="the model file") -> None:
     est.at_prior_, est.prior_distance_ = bool(found.get("at_prior", False)), float(found.get("prior_distance", float("nan")))
     est.stalled_ = bool(found.get("stalled", False))
     est.dtype_ = p["dtype"]
+    est.method_ = p["method"]
     est._fitted_as_ = structure(p)
     est._full_gp_ = bool(d.get("full_gp", False))
     if est._full_gp_:

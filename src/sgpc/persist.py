@@ -183,6 +183,7 @@ def model_payload(est, params: dict) -> dict:
         "state": state_to_dict(est.state_),
         "posterior": {"mean": est.posterior_.mean.detach().cpu(), "chol": est.posterior_.chol.detach().cpu()},
         "history": est.history_, "n_iter": int(est.n_iter_), "dtype": str(est.dtype_),
+        "method": str(getattr(est, "method_", est.method)),       # what method="auto" chose
         "warm_started": bool(getattr(est, "warm_started_", False)),
         "diagnostics": {"at_prior": bool(getattr(est, "at_prior_", False)),
                         "stalled": bool(getattr(est, "stalled_", False)),

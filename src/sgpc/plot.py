@@ -371,8 +371,9 @@ class OutlierDisplay:
         """The display of a ``GPClassifier`` fitted with ``method="rmgpc"`` (``outlier_proba_``, and E[ρ],
         the ε of its robust-max likelihood)."""
         est = _fitted_gp(estimator)
-        if est.method not in ("rmgpc", "smgpc"):
+        method = getattr(est, "method_", est.method)
+        if method not in ("rmgpc", "smgpc"):
             raise ValueError(f"outlier probabilities need method='rmgpc'; this estimator was fitted with "
-                             f"method={est.method!r}")
-        rho = float(est.model_.likelihood.epsilon) if est.method == "rmgpc" else None
+                             f"method={method!r}")
+        rho = float(est.model_.likelihood.epsilon) if method == "rmgpc" else None
         return cls(outlier_proba=est.outlier_proba_, flipped=flipped, expected_rho=rho).plot(ax=ax)

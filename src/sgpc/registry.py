@@ -169,7 +169,7 @@ METHODS: dict[str, Method] = {
 def make_engine(params: dict) -> Engine:
     """The engine of ``params["method"]`` with its settings from the estimator's parameters ``params``, options
     resolved (``resolve``)."""
-    method = METHODS[params["method"]]
+    method = method_entry(params)
     return method.engine(**method.settings(params["method_params"], params))
 
 
@@ -235,14 +235,14 @@ def likelihood_key(likelihood: str | Likelihood) -> str:
 
 def likelihood_name(params: dict) -> str:
     """The likelihood that the estimator's parameters ``params`` use: the method's own one, if it has one."""
-    return METHODS[params["method"]].own_likelihood or likelihood_key(params["likelihood"])
+    return method_entry(params).own_likelihood or likelihood_key(params["likelihood"])
 
 
 def make_likelihood(params: dict, C: int) -> Likelihood:
     """The likelihood of ``params`` (options resolved, ``resolve``) for C classes: a copy of a ``likelihood=``
     object (the argument is not modified), built for C classes."""
     given = params["likelihood"]
-    if not isinstance(given, str) and not METHODS[params["method"]].own_likelihood:
+    if not isinstance(given, str) and not method_entry(params).own_likelihood:
         if given.n_classes != C:
             raise ValueError(f"likelihood={type(given).__name__} object is for {given.n_classes} classes; y has {C}: "
                              "build it for the data's classes")
@@ -377,10 +377,10 @@ def describe(value) -> object:
 
 # the estimator parameter of each group of options -> what declares the keys it takes, from the parameters
 OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
-    "method_params": lambda p: METHODS[p["method"]].options,
+    "method_params": lambda p: method_entry(p).options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
-    "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": METHODS[p["method"]].prior_scale},
-    "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": METHODS[p["method"]].learn_inducing},
+    "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": method_entry(p).prior_scale},
+    "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": method_entry(p).learn_inducing},
     "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
 
@@ -392,7 +392,7 @@ def resolve(params: dict) -> dict:
     rate = params.get("learning_rate")
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()},
-            "learning_rate": METHODS[params["method"]].learning_rate if rate is None else rate,
+            "learning_rate": method_entry(params).learning_rate if rate is None else rate,
             "optimizer": optimizer_of(params), "tol": tol_of(params)}
 
 
@@ -402,12 +402,26 @@ def _full_batch(params: dict) -> bool:
     return params.get("batch_size") in (None, "auto")
 
 
+# method="auto": the method of a full-batch fit and of a minibatch or streamed one (``fitting.resolve_method``)
+AUTO_FULL_BATCH, AUTO_MINIBATCH = "ep", "sep"
+
+
+def method_entry(params: dict) -> "Method":
+    """The registry entry of ``params["method"]``; for "auto" that of the method it is before a fit has seen the
+    data: ``AUTO_MINIBATCH`` when a batch size is given, else ``AUTO_FULL_BATCH`` (a fit chooses again by the
+    data's size, ``fitting.resolve_method``)."""
+    name = params["method"]
+    if name == "auto":
+        name = AUTO_FULL_BATCH if params.get("batch_size") in (None, "auto") else AUTO_MINIBATCH
+    return METHODS[name]
+
+
 def tol_of(params: dict) -> float | None:
     """The stopping tolerance a fit with these estimator parameters uses: ``tol``, or for "auto" the method's
     (``Method.tol``) in a full-batch fit and 1e-4 with minibatches."""
     if params.get("tol", "auto") != "auto":
         return params["tol"]
-    return METHODS[params["method"]].tol if _full_batch(params) else 1e-4
+    return method_entry(params).tol if _full_batch(params) else 1e-4
 
 
 def optimizer_of(params: dict) -> str:
@@ -416,7 +430,7 @@ def optimizer_of(params: dict) -> str:
     gradients)."""
     if params.get("optimizer") is not None:
         return params["optimizer"]
-    return METHODS[params["method"]].optimizer if _full_batch(params) else "adam"
+    return method_entry(params).optimizer if _full_batch(params) else "adam"
 
 
 def method_table() -> str:

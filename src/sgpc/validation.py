@@ -4,6 +4,7 @@ What this module does not do: convert names to objects (``registry``) or fit.
 """
 from __future__ import annotations
 
+import copy
 import math
 import os
 
@@ -12,8 +13,8 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import (KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS,
-                       config, likelihood_key, likelihood_name, optimizer_of, resolve, spec)
+from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS,
+                       METHODS, OPTION_GROUPS, config, likelihood_key, likelihood_name, optimizer_of, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -326,7 +327,11 @@ def check_options(params: dict) -> dict:
 def check_params(est) -> dict:
     """A ValueError that says what is wrong with any of a ``GPClassifier``'s parameters, and how to fix it;
     else the parameters with their options resolved (``registry.resolve``)."""
-    check_choice("method", est.method, tuple(METHODS))
+    check_choice("method", est.method, ("auto", *METHODS))
+    if est.method == "auto":
+        # checked as the method it is until a fit chooses by the data's size (``registry.method_entry``,
+        # ``fitting.resolve_method``): its options, likelihood and kernel must suit it; a fit checks its choice again
+        return check_params(with_method(est, AUTO_FULL_BATCH if est.batch_size in (None, "auto") else AUTO_MINIBATCH))
     _check_name_or_object("likelihood", est.likelihood, USER_LIKELIHOODS, USER_LIKELIHOOD_CLASSES, "sgpc.likelihoods",
                           est.likelihood_params)
     _check_name_or_object("kernel", est.kernel, tuple(KERNELS), KERNEL_CLASSES, "sgpc.kernels", est.kernel_params)
@@ -384,6 +389,14 @@ def check_params(est) -> dict:
         raise ValueError(f"feature_extractor needs a free-Gaussian method "
                          f"({', '.join(map(repr, capable('free_gaussian')))}), got method={est.method!r}")
     return options
+
+
+def with_method(est, method: str):
+    """A shallow copy of the estimator ``est`` whose method is ``method`` (the parameters checked and resolved
+    for an "auto" estimator once its method is chosen)."""
+    view = copy.copy(est)
+    view.method = method
+    return view
 
 
 def _check_name_or_object(kind: str, value, names: tuple, classes: dict, module: str, options) -> None:
