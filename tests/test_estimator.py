@@ -626,13 +626,7 @@ def test_dtype_auto_is_kept_by_save_load_and_warm_starts(tmp_path):
     est.fit(X[:500], y[:500])
     assert est.warm_started_ and est.dtype_ == "float32"
     # a file fitted with dtype "auto" that does not say what it chose is refused, not guessed
-    from sgpc.persist import atomic_save, load_model
-    d = load_model(tmp_path / "m.sgpc")
-    del d["dtype"]
-    d["checksum"] = digest(d)
-    atomic_save(tmp_path / "bad.sgpc", d)
-    with pytest.raises(ModelFileError, match="does not say which precision"):
-        GPClassifier.load(tmp_path / "bad.sgpc")
+    _check_refused_without(tmp_path / "m.sgpc", "dtype", "does not say which precision")
 
 
 def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
@@ -681,7 +675,6 @@ def test_method_auto_is_ep_on_the_full_batch_and_sep_with_minibatches(monkeypatc
     """method="auto" (the default) is bit for bit the "ep" fit when the fit takes the full batch and the "sep" fit
     when it takes minibatches (``fitting.resolve_method``); ``method_`` says which, and model files keep it."""
     from sgpc import fitting, stream
-    from sgpc.persist import atomic_save, load_model
     rng = np.random.default_rng(6)
     X = rng.normal(size=(300, 3))
     y = np.argmax(X + 0.4 * rng.normal(size=(300, 3)), 1)
@@ -704,9 +697,15 @@ def test_method_auto_is_ep_on_the_full_batch_and_sep_with_minibatches(monkeypatc
     back = GPClassifier.load(tmp_path / "m.sgpc")
     assert back.method == "auto" and back.method_ == "sep"
     np.testing.assert_array_equal(back.predict_proba(X[:30]), mini.predict_proba(X[:30]))
-    d = load_model(tmp_path / "m.sgpc")
-    del d["method"]
+    _check_refused_without(tmp_path / "m.sgpc", "method", "does not say which method")
+
+
+def _check_refused_without(path, key: str, match: str) -> None:
+    """The model file ``path`` with ``key`` removed (and a valid checksum) is refused by ``load`` with ``match``."""
+    from sgpc.persist import atomic_save, load_model
+    d = load_model(path)
+    del d[key]
     d["checksum"] = digest(d)
-    atomic_save(tmp_path / "bad.sgpc", d)
-    with pytest.raises(ModelFileError, match="does not say which method"):
-        GPClassifier.load(tmp_path / "bad.sgpc")
+    atomic_save(path.with_name("bad.sgpc"), d)
+    with pytest.raises(ModelFileError, match=match):
+        GPClassifier.load(path.with_name("bad.sgpc"))
