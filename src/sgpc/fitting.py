@@ -451,10 +451,7 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
     Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
     are not refreshed by a final full-data update (that would be one more pass over the data).
     """
-    if est.method == "auto":      # a stream takes minibatches: "auto" is sep (``resolve_method``)
-        chosen, p = resolve_method(est, p, 0, 0, 0, streamed=True)
-    else:
-        chosen = est
+    chosen, p = resolve_method(est, p, 0, 0, 0, streamed=True)   # a stream takes minibatches: "auto" is sep
     caps = METHODS[p["method"]].capabilities
     if not caps.streamable:
         why = "keeps per-point state and needs the data in memory" if caps.per_row_state or \
