@@ -113,9 +113,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
             the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
             fit there took about a minute to converge; docs/design-notes.md); a streamed fit always uses
-            minibatches. The fitted
-            ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the full batch unless
-            given one.
+            minibatches. The fitted ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the
+            full batch unless given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
         dtype: "auto" (default), "float64" or "float32". "auto": for method "ep", float32 when rows × classes ×
             inducing points reach 400 000 (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate and a float32

@@ -178,7 +178,7 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # batch_size="auto": minibatches of AUTO_BATCH_SIZE rows when a full-batch iteration's work N·C·M·(M + D)
 # (rows, classes, inducing points, features: the [L,N,M] × [M,M] products and the kernel) reaches
 # AUTO_MINIBATCH_WORK and the method takes minibatches, else the full batch; a streamed fit always takes
-# minibatches. Full-batch `ep` fits took 40–70 s per 10⁹ of that work to converge (adult 31 s at 0.83·10⁹,
+# minibatches. Full-batch `ep` fits took 38–68 s per 10⁹ of that work to converge (adult 31 s at 0.83·10⁹,
 # pendigits 53 s at 1.02·10⁹, connect-4 93 s at 1.36·10⁹, letter over 240 s at 4.8·10⁹), while a minibatch
 # step's cost does not grow with N (docs/design-notes.md, 'batch_size="auto"').
 AUTO_MINIBATCH_WORK = 1e9

@@ -406,14 +406,18 @@ def _full_batch(params: dict) -> bool:
 AUTO_FULL_BATCH, AUTO_MINIBATCH = "ep", "sep"
 
 
+def method_name(params: dict) -> str:
+    """``params["method"]``; for "auto" the method it is before a fit has seen the data: ``AUTO_MINIBATCH`` when a
+    batch size is given, else ``AUTO_FULL_BATCH`` (a fit chooses again by the data's size,
+    ``fitting.resolve_method``)."""
+    if params["method"] != "auto":
+        return params["method"]
+    return AUTO_FULL_BATCH if _full_batch(params) else AUTO_MINIBATCH
+
+
 def method_entry(params: dict) -> "Method":
-    """The registry entry of ``params["method"]``; for "auto" that of the method it is before a fit has seen the
-    data: ``AUTO_MINIBATCH`` when a batch size is given, else ``AUTO_FULL_BATCH`` (a fit chooses again by the
-    data's size, ``fitting.resolve_method``)."""
-    name = params["method"]
-    if name == "auto":
-        name = AUTO_FULL_BATCH if params.get("batch_size") in (None, "auto") else AUTO_MINIBATCH
-    return METHODS[name]
+    """The registry entry of the method the parameters ``params`` stand for (``method_name``)."""
+    return METHODS[method_name(params)]
 
 
 def tol_of(params: dict) -> float | None:

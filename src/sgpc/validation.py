@@ -13,8 +13,8 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS,
-                       METHODS, OPTION_GROUPS, config, likelihood_key, likelihood_name, optimizer_of, resolve, spec)
+from .registry import (KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS, config,
+                       likelihood_key, likelihood_name, method_name, optimizer_of, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -331,7 +331,7 @@ def check_params(est) -> dict:
     if est.method == "auto":
         # checked as the method it is until a fit chooses by the data's size (``registry.method_entry``,
         # ``fitting.resolve_method``): its options, likelihood and kernel must suit it; a fit checks its choice again
-        return check_params(with_method(est, AUTO_FULL_BATCH if est.batch_size in (None, "auto") else AUTO_MINIBATCH))
+        return check_params(with_method(est, method_name(est.get_params(deep=False))))
     _check_name_or_object("likelihood", est.likelihood, USER_LIKELIHOODS, USER_LIKELIHOOD_CLASSES, "sgpc.likelihoods",
                           est.likelihood_params)
     _check_name_or_object("kernel", est.kernel, tuple(KERNELS), KERNEL_CLASSES, "sgpc.kernels", est.kernel_params)
