@@ -326,7 +326,7 @@ def test_hybrid_with_batch_norm_predicts_in_eval_mode(tmp_path):
     X, y = _blobs(15, 3, sep=3.0)
     net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3),
                               torch.nn.BatchNorm1d(3, affine=False))
-    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=60, batch_size=16, learning_rate=0.05,
+    est = GPClassifier(method="bsvm", n_inducing=6, max_iter=60, batch_size=16, learning_rate=0.05, tol=None,
                        random_state=0, feature_extractor=net).fit(X, y)
     assert torch.equal(net[3].running_var, torch.ones(3)) and int(net[3].num_batches_tracked) == 0
     bn = est.model_.feature_extractor[3]

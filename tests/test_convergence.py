@@ -83,6 +83,87 @@ def test_the_rule_counts_quiet_checks_and_minibatch_passes():
     assert rule.observe(1.0) == pytest.approx(1.0) and rule.met
 
 
+def _window_rule(tol, steps_per_pass, patience=10):
+    return Convergence(tol, patience, min(steps_per_pass, 50), steps_per_pass)
+
+
+def test_the_minibatch_rule_is_met_by_noise_alone_and_not_by_a_trend_the_noise_cannot_explain():
+    rng = np.random.default_rng(0)
+    noise = 0.05 * rng.standard_normal(4000)            # a per-step scatter like pendigits' (~0.04 per datum)
+    flat = _window_rule(1e-4, steps_per_pass=30)
+    met_at = next(i for i, v in enumerate(-0.5 + noise) if flat.observe(v) is not None and flat.met)
+    assert 300 <= met_at + 1 < 1000                     # not before 10 windows of 30 steps; soon after
+    # a rise of 1e-3 per step is 0.03 per window: about 25 standard errors of the slope through 10 window means
+    rising = _window_rule(1e-4, steps_per_pass=30)
+    for i, v in enumerate(-0.5 + 1e-3 * np.arange(4000) + noise):
+        rising.observe(v)
+        assert not rising.met, i
+    # without noise the slope alone decides: a trend of 2e-4 per pass (1e-5 per step, 20 steps per pass) is within
+    # tol = 3e-4 per pass and beyond tol = 1e-4
+    for tol, met in ((3e-4, True), (1e-4, False)):
+        rule = _window_rule(tol, steps_per_pass=20)
+        for v in 1e-5 * np.arange(200):
+            rule.observe(v)
+        assert rule.met is met
+
+
+def test_the_minibatch_rule_is_the_t_test_of_a_least_squares_slope():
+    # brute force: scipy's regression slope and its standard error, on window means that are neither flat nor linear
+    from scipy import stats
+    rng = np.random.default_rng(1)
+    outcomes = set()
+    for trial in range(50):
+        means = np.cumsum(rng.standard_normal(10)) * rng.uniform(0.001, 0.1) + rng.uniform(-0.02, 0.02) * np.arange(10)
+        rule = _window_rule(tol=2e-3, steps_per_pass=100)   # windows of 50 steps, half a pass: 1e-3 per window
+        for m in means:
+            for _ in range(50):
+                rule.observe(m)
+        fit = stats.linregress(np.arange(10), means)
+        assert rule.met is bool(abs(fit.slope) <= 1e-3 + 2.0 * fit.stderr), trial
+        outcomes.add(rule.met)
+    assert outcomes == {True, False}
+
+
+def test_the_rule_checks_windows_of_a_pass_or_at_most_50_steps():
+    for N, batch, per_check in ((2560, 256, 10), (100_000, 256, 50), (150, 32, 4)):
+        rule = Convergence.of_fit(TrainSettings(batch_size=batch, tol=1e-4), N, monitored=False)
+        assert (rule.steps_per_check, rule.steps_per_pass) == (per_check, N // batch)
+    held_out = Convergence.of_fit(TrainSettings(batch_size=256, tol=1e-4), 100_000, monitored=True)
+    assert held_out.steps_per_check == 390 and held_out.steps_per_pass is None     # early stopping: per pass
+    full = Convergence.of_fit(TrainSettings(tol=1e-4), 100_000, monitored=False)
+    assert full.steps_per_check == 1 and full.steps_per_pass is None
+
+
+def test_the_minibatch_rule_resumes_from_its_state():
+    values = 0.05 * np.random.default_rng(2).standard_normal(700)
+    whole, first = _window_rule(1e-4, 30), _window_rule(1e-4, 30)
+    trace = [(whole.observe(v), whole.met) for v in values]
+    for v in values[:333]:
+        first.observe(v)
+    second = _window_rule(1e-4, 30)
+    second.load_state_dict(first.state_dict())
+    assert trace[333:] == [(second.observe(v), second.met) for v in values[333:]]
+
+
+def test_max_iter_auto_is_500_steps_on_the_full_batch_and_2000_with_minibatches():
+    from sgpc.registry import max_iter_of
+    assert max_iter_of({"max_iter": "auto", "batch_size": None, "method": "ep"}) == 500
+    assert max_iter_of({"max_iter": "auto", "batch_size": "auto", "method": "auto"}) == 500   # until resolved
+    assert max_iter_of({"max_iter": "auto", "batch_size": 64, "method": "sep"}) == 2000
+    assert max_iter_of({"max_iter": 7, "batch_size": 64, "method": "sep"}) == 7
+
+
+def test_a_default_minibatch_fit_converges_before_its_ceiling(iris):
+    # the rule the per-pass stationarity test could not meet: a sep fit in minibatches of 32 rows stops on its own
+    X, y = iris
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        est = GPClassifier(batch_size=32, n_inducing=10, random_state=0).fit(X, y)
+    assert est.method_ == "sep" and est.converged_ and est.n_iter_ < 2000
+    assert est.history_["monitored"][-1]["iteration"] == est.n_iter_       # it stopped at a check
+    assert est.score(X, y) > 0.9
+
+
 @pytest.fixture(scope="module")
 def iris():
     X, y = load_iris(return_X_y=True)

@@ -359,7 +359,9 @@ def test_argument_errors_are_clear(iris, tmp_path, fitted):
                         (dict(checkpoint_every=-3), "checkpoint_every must be >= 0")):
         with pytest.raises(ValueError, match=msg):
             GPClassifier(**FAST).fit(X, y, **fit_kw)
-    for kw, msg in ((dict(max_iter=2.5), "max_iter must be an integer"),
+    for kw, msg in ((dict(max_iter=2.5), "max_iter must be a non-negative integer or 'auto' "
+                                         r"\(500 steps on the full batch, 2000 with minibatches\), got 2.5"),
+                    (dict(max_iter="many"), "max_iter must be a non-negative integer or 'auto'"),
                     (dict(kernel_params={"latent_noise": -1.0}),
                      r"latent_noise must be a finite number in \[0, ∞\) or None"),
                     (dict(device="bogus"), "unknown device 'bogus'")):

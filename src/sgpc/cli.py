@@ -97,6 +97,12 @@ def _inducing(value: str) -> int | str:
     return "auto" if value.lower() == "auto" else int(value)
 
 
+def _max_iter(value: str) -> int | str:
+    """--max-iter: a non-negative integer, or "auto" (``GPClassifier``'s ceiling: 500 steps on the full batch, 2000
+    with minibatches)."""
+    return "auto" if value.lower() == "auto" else int(value)
+
+
 def _batch(value: str) -> int | str | None:
     """--batch-size: a positive integer, "auto" (``GPClassifier``'s rule from the size of the problem) or "none"
     (the full batch)."""
@@ -152,8 +158,9 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--kernel", "kernel", "kernel (default: %(default)s)", dict(choices=tuple(KERNELS))),
     Option("--n-inducing", "n_inducing", "inducing points per latent function, or 'auto': one per 8 rows, "
            "between 30 and 100 (default: %(default)s)", dict(type=_inducing, metavar="M")),
-    Option("--max-iter", "max_iter", "optimiser steps, a ceiling: the fit stops once it has converged, see --tol "
-           "(default: %(default)s)", dict(type=int, metavar="N")),
+    Option("--max-iter", "max_iter", "optimiser steps, a ceiling: the fit stops once it has converged, see --tol; "
+           "'auto' 500 on the full batch, 2000 with minibatches (default: %(default)s)",
+           dict(type=_max_iter, metavar="N")),
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 256 rows "

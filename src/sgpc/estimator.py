@@ -108,7 +108,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.Method.learning_rate``: 0.05 for "ep", 0.01 for the others).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
-        max_iter: optimiser steps; n_epochs: passes over the data (overrides max_iter when set).
+        max_iter: the ceiling on optimiser steps; "auto" (default): 500 on the full batch, 2000 with minibatches
+            (``registry.max_iter_of``). n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch; "auto" (default): minibatches of 256 rows when a
             full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
             the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
@@ -134,14 +135,18 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             active learning). Methods with per-row sites match each training row to an identical row (features
             and label) of the previous fit and keep its sites; sep scales its tied site to the new slot counts;
             apep keeps its tied factor. Their damping clock restarts. ``warm_started_`` says what happened.
-        tol, n_iter_no_change: the fit stops once its objective per datum (or, with early_stopping, the
-            held-out log-likelihood per row) has not improved on its best by more than tol for n_iter_no_change
-            consecutive checks — every step of a full-batch fit, every pass over the data with minibatches —
-            and an inner EP run (gfitc, rmgpc) converged; max_iter / n_epochs are then a ceiling, and reaching
-            it first gives a ``ConvergenceWarning``. tol=None runs to the ceiling. ``converged_`` says which.
-            tol="auto" (default): the method's (``registry.Method.tol``) in a full-batch fit, 1e-4 with minibatches:
-            3e-4 for "ep" — on the suite's sets its test NLL was better than at 1e-4 (the hyper-parameters' objective
-            keeps rising slowly after the test NLL has settled) in about 70% of the iterations — 1e-4 for the rest.
+        tol, n_iter_no_change: the fit stops once it has converged, and an inner EP run (gfitc, rmgpc) converged:
+            on the full batch, after n_iter_no_change consecutive steps whose objective per datum moved by at most
+            tol; with minibatches, once the least-squares line through the mean objective of the last
+            n_iter_no_change windows (a pass over the data, or 50 steps if a pass is longer) has a slope within tol
+            per pass plus two of its standard errors — no trend the minibatches' noise cannot explain
+            (``train.Convergence``); with early_stopping, after n_iter_no_change checks without an improvement on
+            the best held-out log-likelihood per row by more than tol. max_iter / n_epochs are then a ceiling, and
+            reaching it first gives a ``ConvergenceWarning``. tol=None runs to the ceiling. ``converged_`` says
+            which. tol="auto" (default): the method's (``registry.Method.tol``) in a full-batch fit, 1e-4 with
+            minibatches: 3e-4 for "ep" — on the suite's sets its test NLL was better than at 1e-4 (the
+            hyper-parameters' objective keeps rising slowly after the test NLL has settled) in about 70% of the
+            iterations — 1e-4 for the rest.
         early_stopping, validation_fraction: hold out a stratified validation_fraction of the rows and stop on
             their log-likelihood instead of the training objective (in-memory fits).
         compile: None (default: eager) or a ``torch.compile`` mode for the training loss of a minibatch method
@@ -165,7 +170,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
                  method_params: dict | None = None, likelihood_params: dict | None = None,
                  kernel_params: dict | None = None, n_inducing: int | str = "auto", inducing_params: dict | None = None,
                  optimizer: str | None = None, optimizer_params: dict | None = None, learning_rate: float | None = None,
-                 max_iter: int = 500, n_epochs: int | None = None, batch_size: int | str | None = "auto", random_state=None,
+                 max_iter: int | str = "auto", n_epochs: int | None = None, batch_size: int | str | None = "auto", random_state=None,
                  dtype: str = "auto", device: str = "cpu", verbose: int = 0,
                  feature_extractor: torch.nn.Module | None = None, warm_start: bool = False,
                  compile: str | None = None, tol: float | str | None = "auto", n_iter_no_change: int = 10,

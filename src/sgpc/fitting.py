@@ -30,7 +30,8 @@ from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe,
-                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, optimizer_of, tol_of)
+                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
+                       optimizer_of, tol_of)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
@@ -231,7 +232,8 @@ def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False)
 
 def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = False) -> dict:
     """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``), and
-    with the optimizer and tol that depend on it (``registry.optimizer_of``, ``registry.tol_of``) derived again.
+    with the optimizer, tol and max_iter that depend on it (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``)
+    derived again.
     ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     if p["batch_size"] != "auto":
         return p
@@ -239,7 +241,8 @@ def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = Fa
     minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
                              and p["feature_extractor"] is None and _large(p, N, D, C))
     given = {**est.get_params(deep=False), "batch_size": min(AUTO_BATCH_SIZE, N) if minibatch else None}
-    return {**p, "batch_size": given["batch_size"], "optimizer": optimizer_of(given), "tol": tol_of(given)}
+    return {**p, "batch_size": given["batch_size"], "optimizer": optimizer_of(given), "tol": tol_of(given),
+            "max_iter": max_iter_of(given)}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:
@@ -433,12 +436,18 @@ def finish(est, p: dict, engine, history, warm: bool, full_gp: bool, X_check: to
     est.stalled_ = found.stalled
     diagnostics.warn(found, p["method"], stacklevel=5)
     if p["tol"] is not None and not est.converged_:
-        what = "held-out log-likelihood" if p["early_stopping"] else "objective"
-        moved = "improved" if p["early_stopping"] else "moved"
+        if p["early_stopping"]:
+            why = (f"its held-out log-likelihood still improved by more than tol={p['tol']:g} (per row) within the "
+                   f"last {p['n_iter_no_change']} checks")
+        elif p["batch_size"] is None:
+            why = (f"its objective still moved by more than tol={p['tol']:g} (per datum) within the last "
+                   f"{p['n_iter_no_change']} checks")
+        else:
+            why = (f"the mean objective of its last {p['n_iter_no_change']} windows of steps still had a trend beyond "
+                   f"tol={p['tol']:g} (per datum and pass) and the minibatches' noise")
         warnings.warn(f"{p['method']} stopped after {est.n_iter_} iterations (max_iter / n_epochs) before it "
-                      f"converged: its {what} still {moved} by more than tol={p['tol']:g} (per datum) within the "
-                      f"last {p['n_iter_no_change']} checks; raise max_iter (or n_epochs) or learning_rate, or set "
-                      "tol", ConvergenceWarning, stacklevel=5)
+                      f"converged: {why}; raise max_iter (or n_epochs) or learning_rate, or set tol",
+                      ConvergenceWarning, stacklevel=5)
 
 
 def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: dict):

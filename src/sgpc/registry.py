@@ -393,7 +393,7 @@ def resolve(params: dict) -> dict:
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()},
             "learning_rate": method_entry(params).learning_rate if rate is None else rate,
-            "optimizer": optimizer_of(params), "tol": tol_of(params)}
+            "optimizer": optimizer_of(params), "tol": tol_of(params), "max_iter": max_iter_of(params)}
 
 
 def _full_batch(params: dict) -> bool:
@@ -426,6 +426,20 @@ def tol_of(params: dict) -> float | None:
     if params.get("tol", "auto") != "auto":
         return params["tol"]
     return method_entry(params).tol if _full_batch(params) else 1e-4
+
+
+# max_iter="auto": the step ceiling of a full-batch fit and of a minibatch one (docs/design-notes.md, "A stopping
+# rule minibatch fits can meet"): a minibatch fit needs more steps, and its stopping rule at least
+# n_iter_no_change windows of up to 50 steps
+AUTO_MAX_ITER_FULL_BATCH, AUTO_MAX_ITER_MINIBATCH = 500, 2000
+
+
+def max_iter_of(params: dict) -> int:
+    """The step ceiling a fit with these estimator parameters has: ``max_iter``, or for "auto"
+    ``AUTO_MAX_ITER_FULL_BATCH`` in a full-batch fit and ``AUTO_MAX_ITER_MINIBATCH`` with minibatches."""
+    if params.get("max_iter", "auto") != "auto":
+        return params["max_iter"]
+    return AUTO_MAX_ITER_FULL_BATCH if _full_batch(params) else AUTO_MAX_ITER_MINIBATCH
 
 
 def optimizer_of(params: dict) -> str:

@@ -52,6 +52,11 @@ OPTIMIZERS = ("adam", "lbfgs", "adaptive", "rprop")
 # defaults, except the largest step, 1 (softplus-constrained parameters: a step of 1 is a factor ~e in a length-scale)
 RPROP_ETAS, RPROP_STEP_SIZES = (0.5, 1.2), (1e-6, 1.0)
 COMPILE_MODES = (None, "default", "reduce-overhead")
+# the minibatch stopping rule (``Convergence``): a check is the mean objective of a pass over the data or of this
+# many steps, whichever is fewer; the rule is met when the least-squares slope through the last n_iter_no_change
+# checks is within tol plus TREND_Z of its standard errors (docs/design-notes.md)
+MINIBATCH_CHECK_STEPS = 50
+TREND_Z = 2.0
 
 
 class SignAdaptive(torch.optim.Optimizer):
@@ -109,12 +114,13 @@ class TrainSettings:
         model_structure: what the caller's settings make of the model beyond its modules (the estimator's
             method, likelihood and its constants, priors, ...): a checkpoint resumes only a fit with the
             same one.
-        tol, n_iter_no_change: stop when the monitored value (the objective per datum, or the caller's
-            ``monitor``) has not improved on its best by more than ``tol`` for ``n_iter_no_change`` consecutive
-            checks — every step of a full-batch fit, every pass over the data of a minibatch fit (whose
-            per-step objective is noisy: the pass's mean is checked) — and the engine's inner EP run, if it has
-            one, converged (``Engine.converged``). ``max_iter``/``n_epochs`` are then a ceiling. tol None: run
-            to the ceiling (``History.converged`` still says whether the rule was met at the end).
+        tol, n_iter_no_change: stop when the fit has converged by ``Convergence``'s rule and the engine's inner
+            EP run, if it has one, converged (``Engine.converged``): in a full-batch fit, n_iter_no_change
+            consecutive steps whose objective per datum moved by at most tol; with minibatches, no trend in the
+            mean objective of the last n_iter_no_change windows (a pass or ``MINIBATCH_CHECK_STEPS`` steps) beyond
+            tol per pass and the noise; with a ``monitor``, n_iter_no_change checks without an improvement on its
+            best by more than tol. ``max_iter``/``n_epochs`` are then a ceiling. tol None: run to the ceiling
+            (``History.converged`` still says whether the rule was met at the end).
         compile: None (eager, the default) or a ``torch.compile`` mode for the engine's loss: "default"
             (fused kernels) or "reduce-overhead" (also replays CUDA graphs), for minibatch steps on a GPU,
             where a step is bound by kernel launches (measured gains per method: docs/). The first step
@@ -561,49 +567,90 @@ def _batch_source(X, y, settings: TrainSettings, generator, like: torch.Tensor, 
 class Convergence:
     """The stopping rule of ``TrainSettings.tol`` / ``n_iter_no_change``.
 
-    The training objective: stationarity. A check compares the value v (the objective per datum) with the
-    previous check's: |v − v_prev| ≤ tol raises the count of quiet checks, a larger change resets it; the rule
-    is met once the count reaches ``patience``. (Not "no improvement on the best so far", scikit-learn's MLP
-    rule: the EP-family objective log Z_q falls while the sites absorb the data, and that rule stopped SEP
-    after n_iter_no_change + 1 steps; see docs/design-notes.md.)
+    Full batch, the training objective: stationarity. A check (every step) compares the value v (the objective
+    per datum) with the previous check's: |v − v_prev| ≤ tol raises the count of quiet checks, a larger change
+    resets it; the rule is met once the count reaches ``patience``. (Not "no improvement on the best so far",
+    scikit-learn's MLP rule: the EP-family objective log Z_q falls while the sites absorb the data, and that rule
+    stopped SEP after n_iter_no_change + 1 steps; see docs/design-notes.md.)
+
+    Minibatches, the training objective: no trend the noise cannot explain. A minibatch's objective is noisy (on
+    pendigits a step's per-datum objective scatters by 0.04–0.08 about its trend), so no two checks are ever
+    within a tol of 1e-4. A check is the mean over a window of ``steps_per_check`` steps (a pass over the data, at
+    most ``MINIBATCH_CHECK_STEPS``). The rule fits a line to the last ``patience`` window means (at least 3) and is
+    met when its slope per check is within tol · (steps per check / steps per pass) — tol is per pass — plus
+    ``TREND_Z`` standard errors of the slope, estimated from the residuals about the line (so the window means' own
+    scatter and correlation set it): the objective's trend over the last ``patience`` windows is flat to within
+    what a minibatch estimate can resolve. See docs/design-notes.md ("A stopping rule minibatch fits can meet").
+
     A ``monitor`` (held-out log-likelihood, early stopping): no improvement on the best so far by more than tol
-    for ``patience`` checks — a value that got worse counts, as it should when the model starts to overfit.
-    In a minibatch fit a check is one pass over the data (``steps_per_check`` steps) and the objective checked
-    is the pass's mean, since single minibatch objectives are noisy.
+    for ``patience`` checks — a value that got worse counts, as it should when the model starts to overfit. In
+    a minibatch fit its check is one pass over the data.
     """
 
-    def __init__(self, tol: float | None, patience: int, steps_per_check: int):
+    def __init__(self, tol: float | None, patience: int, steps_per_check: int, steps_per_pass: int | None = None):
+        """steps_per_pass None: a full-batch fit (or a monitor), whose checks are compared one with the next; else
+        a minibatch fit of that many steps per pass, whose checks are window means tested for a trend."""
         self.tol, self.patience, self.steps_per_check = tol, patience, max(1, steps_per_check)
-        self.best, self.last, self.count, self.pending = -math.inf, None, 0, []
+        self.steps_per_pass = steps_per_pass
+        self.best, self.last, self.count, self.pending, self.recent = -math.inf, None, 0, [], []
+
+    @classmethod
+    def of_fit(cls, settings: TrainSettings, N: int, monitored: bool) -> Convergence:
+        """The rule of a fit of N rows with these settings, monitored (early stopping) or on its objective."""
+        if settings.batch_size is None:
+            return cls(settings.tol, settings.n_iter_no_change, 1)
+        per_pass = max(1, N // min(settings.batch_size, N))
+        if monitored:
+            return cls(settings.tol, settings.n_iter_no_change, per_pass)
+        return cls(settings.tol, settings.n_iter_no_change, min(per_pass, MINIBATCH_CHECK_STEPS), per_pass)
 
     def observe(self, value: float, monitor: Callable[[], float] | None = None) -> float | None:
         """Add one step's objective per datum; when a check is due, check and return the value checked (the
-        pass's mean objective, or ``monitor()`` when given), else None."""
+        window's mean objective, or ``monitor()`` when given), else None."""
         self.pending.append(value)
         if len(self.pending) < self.steps_per_check:
             return None
         v = math.fsum(self.pending) / len(self.pending) if monitor is None else float(monitor())
         self.pending = []
         tol = 0.0 if self.tol is None else self.tol
-        if monitor is None:
+        if monitor is not None:
+            quiet = not v > self.best + tol
+        elif self.steps_per_pass is None:
             quiet = self.last is not None and abs(v - self.last) <= tol
         else:
-            quiet = not v > self.best + tol
+            self.recent = (self.recent + [v])[-max(3, self.patience):]
+            quiet = self._flat(tol * self.steps_per_check / self.steps_per_pass)
         self.count = self.count + 1 if quiet else 0
         self.best, self.last = max(self.best, v), v
         return v
 
+    def _flat(self, tol_per_check: float) -> bool:
+        """Whether the least-squares line through the last ``patience`` window means has a slope within
+        tol_per_check + ``TREND_Z`` standard errors (too few windows yet: False)."""
+        K = max(3, self.patience)
+        if len(self.recent) < K:
+            return False
+        x = np.arange(K, dtype=np.float64) - (K - 1) / 2
+        y = np.asarray(self.recent, dtype=np.float64)
+        slope = float(x @ y) / float(x @ x)
+        residual = y - y.mean() - slope * x
+        se = math.sqrt(float(residual @ residual) / (K - 2) / float(x @ x))
+        return abs(slope) <= tol_per_check + TREND_Z * se
+
     @property
     def met(self) -> bool:
-        """Whether the last ``patience`` checks were quiet."""
-        return self.count >= self.patience
+        """Whether the rule is met: the last ``patience`` checks were quiet (full batch, monitor), or the last
+        check found no trend (minibatches)."""
+        return self.count >= (1 if self.steps_per_pass is not None else self.patience)
 
     def state_dict(self) -> dict:
-        return {"best": self.best, "last": self.last, "count": self.count, "pending": list(self.pending)}
+        return {"best": self.best, "last": self.last, "count": self.count, "pending": list(self.pending),
+                "recent": list(self.recent)}
 
     def load_state_dict(self, d: dict) -> None:
         self.best, self.count, self.pending = float(d["best"]), int(d["count"]), list(d["pending"])
         self.last = None if d.get("last") is None else float(d["last"])
+        self.recent = [float(v) for v in d.get("recent", [])]
 
 
 class _Rollback:
@@ -717,8 +764,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
     z_index = next((i for i, p in enumerate(params) if p is getattr(model, "Z", None)), None)
     extractor = getattr(model, "feature_extractor", None)
     guard = _Rollback(params + natural, extractor)
-    rule = Convergence(settings.tol, settings.n_iter_no_change,
-                       1 if settings.batch_size is None else N // min(settings.batch_size, N))
+    rule = Convergence.of_fit(settings, N, monitored=monitor is not None)
     if resumed is not None and start:
         try:
             guard.load_state_dict(resumed.checkpoint)

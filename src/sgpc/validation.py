@@ -13,8 +13,9 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import (KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS, config,
-                       likelihood_key, likelihood_name, method_name, optimizer_of, resolve, spec)
+from .registry import (AUTO_MAX_ITER_FULL_BATCH, AUTO_MAX_ITER_MINIBATCH, KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES,
+                       LIKELIHOODS, METHODS, OPTION_GROUPS, config, likelihood_key, likelihood_name, method_name,
+                       optimizer_of, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -365,6 +366,11 @@ def check_params(est) -> dict:
     check_device(est.device)
     check_flag("warm_start", est.warm_start)
     check_real("learning_rate", est.learning_rate, low=0.0, none="the method's default")
+    if not (isinstance(est.max_iter, str) and est.max_iter == "auto") and (
+            isinstance(est.max_iter, (bool, np.bool_)) or not isinstance(est.max_iter, (int, np.integer))
+            or est.max_iter < 0):
+        raise ValueError(f"max_iter must be a non-negative integer or 'auto' ({AUTO_MAX_ITER_FULL_BATCH} steps on the "
+                         f"full batch, {AUTO_MAX_ITER_MINIBATCH} with minibatches), got {est.max_iter!r}")
     if not (isinstance(est.tol, str) and est.tol == "auto"):
         check_real("tol", est.tol, low=0.0, low_closed=True, none="run to max_iter")
     if isinstance(est.n_iter_no_change, (bool, np.bool_)) or not isinstance(est.n_iter_no_change,
