@@ -129,24 +129,24 @@ def run_sgpc(method, X, y, Xt, yt, C, M, B, budget, lr, device, dtype):
     return np.diff([0.0] + hist.time), lp
 
 
-def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr, device, dtype, strategy="svgp-softmax"):
+def gpytorch_svgp(Z, natural: bool = False, large_batch: bool = False):
+    """GPyTorch's multi-class SVGP as its examples build it: one GP per class with its own inducing inputs Z [C,M,D]
+    (``IndependentMultitaskVariationalStrategy``), zero mean, ARD RBF with a scale, length-scales √D; q(u)
+    Cholesky-parameterised, or natural (``NaturalVariationalDistribution``, for ``NGD``); the standard
+    ``VariationalStrategy`` or ``LargeBatchVariationalStrategy``."""
     import math
-    import numpy as np
     import torch
     import gpytorch
-    D = X.shape[1]
-    tdt = getattr(torch, dtype)
-    Z = torch.as_tensor(_inducing(X, M), dtype=tdt, device=device).expand(C, M, D).clone()
+    C, M, D = Z.shape
 
     class GP(gpytorch.models.ApproximateGP):
         def __init__(self):
-            vd = gpytorch.variational.CholeskyVariationalDistribution(M, batch_shape=torch.Size([C]))
-            # "-largebatch": GPyTorch's LargeBatchVariationalStrategy (1.15), its strategy for large minibatches
-            # on data-centre GPUs; otherwise the standard VariationalStrategy
-            kind = (gpytorch.variational.LargeBatchVariationalStrategy if strategy.endswith("-largebatch")
-                    else gpytorch.variational.VariationalStrategy)
+            kind = (gpytorch.variational.NaturalVariationalDistribution if natural
+                    else gpytorch.variational.CholeskyVariationalDistribution)
+            strategy = (gpytorch.variational.LargeBatchVariationalStrategy if large_batch
+                        else gpytorch.variational.VariationalStrategy)
             vs = gpytorch.variational.IndependentMultitaskVariationalStrategy(
-                kind(self, Z, vd, learn_inducing_locations=True), num_tasks=C)
+                strategy(self, Z, kind(M, batch_shape=torch.Size([C])), learn_inducing_locations=True), num_tasks=C)
             super().__init__(vs)
             self.mean_module = gpytorch.means.ZeroMean(batch_shape=torch.Size([C]))
             self.covar_module = gpytorch.kernels.ScaleKernel(
@@ -156,7 +156,19 @@ def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr, device, dtype, strategy="svg
         def forward(self, x):
             return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
-    model = GP().to(device=device, dtype=tdt)
+    return GP()
+
+
+def run_gpytorch(X, y, Xt, yt, C, M, B, budget, lr, device, dtype, strategy="svgp-softmax"):
+    import numpy as np
+    import torch
+    import gpytorch
+    D = X.shape[1]
+    tdt = getattr(torch, dtype)
+    Z = torch.as_tensor(_inducing(X, M), dtype=tdt, device=device).expand(C, M, D).clone()
+    # "-largebatch": GPyTorch's LargeBatchVariationalStrategy (1.15), its strategy for large minibatches on
+    # data-centre GPUs; otherwise the standard VariationalStrategy
+    model = gpytorch_svgp(Z, large_batch=strategy.endswith("-largebatch")).to(device=device, dtype=tdt)
     lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).to(device, tdt)
     mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(y))
     opt = torch.optim.Adam(list(model.parameters()) + list(lik.parameters()), lr=lr)

@@ -58,6 +58,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))   # benchmarks/: _common
 sys.path.insert(0, str(HERE.parents[1] / "src"))
+sys.path.insert(0, str(HERE))          # peers_throughput: the data and GPyTorch's model, shared with it
+from peers_throughput import _data, gpytorch_svgp  # noqa: E402
 
 SETS = {"satimage-100": ("satimage", 100, 200), "satimage-200": ("satimage", 200, 200),
         "mnist-200": ("mnist", 200, 200), "flights-200": ("flights-3m", 200, 1024),
@@ -68,14 +70,6 @@ RUNS = ("sgpc-sep", "sgpc-vi", "sgpc-vi-natgrad", "sgpc-sep-shared", "sgpc-vi-sh
 MARGIN = 0.005                            # a peer's best NLL + MARGIN is the value every run is timed to
 CHECKPOINTS_S = (10, 30, 60, 120, 300, 600, 900)
 LEARNING_RATE, NATGRAD_GAMMA = 0.01, 0.1       # --gamma replaces NATGRAD_GAMMA
-
-
-def _data(name):
-    import numpy as np
-    from sgpc import datasets
-    Xtr, Xte, ytr, yte = datasets.train_test(name, seed=0, standardize=True)
-    classes = np.unique(ytr)
-    return Xtr, np.searchsorted(classes, ytr), Xte, np.searchsorted(classes, yte), len(classes)
 
 
 def _kmeans(X, M):
@@ -133,27 +127,9 @@ def run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every):
     import torch
     import gpytorch
     clock = Clock()
-    D = X.shape[1]
-    Z = torch.as_tensor(_kmeans(X, M)).expand(C, M, D).clone()
+    Z = torch.as_tensor(_kmeans(X, M)).expand(C, M, X.shape[1]).clone()
     natural = run.endswith("-ngd")
-
-    class GP(gpytorch.models.ApproximateGP):
-        def __init__(self):
-            kind = (gpytorch.variational.NaturalVariationalDistribution if natural
-                    else gpytorch.variational.CholeskyVariationalDistribution)
-            q = kind(M, batch_shape=torch.Size([C]))
-            strategy = gpytorch.variational.IndependentMultitaskVariationalStrategy(
-                gpytorch.variational.VariationalStrategy(self, Z, q, learn_inducing_locations=True), num_tasks=C)
-            super().__init__(strategy)
-            self.mean_module = gpytorch.means.ZeroMean(batch_shape=torch.Size([C]))
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=D, batch_shape=torch.Size([C])), batch_shape=torch.Size([C]))
-            self.covar_module.base_kernel.lengthscale = math.sqrt(D)
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
-
-    model = GP().double()
+    model = gpytorch_svgp(Z, natural=natural).double()
     lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).double()
     mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(y))
     variational = list(model.variational_parameters())
