@@ -370,8 +370,12 @@ def main(argv=None):
         print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every)))
         return
     if args.report:
-        record = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()][-1]
-        print(report(summarise(record["runs"])))
+        # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
+        lines = [json.loads(line) for line in args.report.read_text().splitlines() if line.strip()]
+        runs = list({(r["set"], r["run"]): r for r in lines if "run" in r and "set" in r}.values())
+        print(report(summarise(runs)))
+        if args.figure:
+            figure(runs, args.figure)
         return
     from _common import write
     skipped = {lib: "not installed (pip install sgpc[bench])" for lib in ("gpflow", "gpytorch")
