@@ -50,8 +50,8 @@ docs-quick: $(DOCS_STAMP)
 	$(BIN)/python docs/check_links.py docs/_build/html
 
 # The suite against the lowest declared versions of numpy, scipy, scikit-learn, tqdm, pyarrow and matplotlib.
-# torch is the exception: its floor (2.3) is not installable here (older releases are multi-GB CUDA builds
-# from the index), so test-min runs $(TORCH_SPEC) too; pass TORCH_SPEC=torch==2.3.0 where that one is.
+# torch is $(TORCH_SPEC) as for `make` (the local CPU wheel); `make test-min TORCH_SPEC=torch==2.3.0` tests the floor
+# (PyPI's 2.3.0 is a CUDA build, about 5 GB installed; it runs on the CPU).
 test-min:
 	@test -x $(VENV_MIN)/bin/python || $(PYTHON) -m venv $(VENV_MIN)
 	$(VENV_MIN)/bin/pip install -q $(TORCH_PIP_ARGS) '$(TORCH_SPEC)'

@@ -57,6 +57,9 @@ COMPILE_MODES = (None, "default", "reduce-overhead")
 # checks is within tol plus TREND_Z of its standard errors (docs/design-notes.md)
 MINIBATCH_CHECK_STEPS = 50
 TREND_Z = 2.0
+# Adam's fused CPU kernel exists from torch 2.4; on 2.3 (the floor) Adam takes torch's default, the same arithmetic
+# up to rounding
+_FUSED_ADAM = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
 
 
 class SignAdaptive(torch.optim.Optimizer):
@@ -469,7 +472,7 @@ def _optimizer(settings: TrainSettings, params: list) -> torch.optim.Optimizer:
     if settings.optimizer == "adam":
         # fused: one pass over each parameter per step (torch's CPU default loops over parameters with 7
         # element-wise operators each); the arithmetic is the same up to rounding (docs/design-notes.md)
-        return torch.optim.Adam(params, lr=settings.learning_rate, fused=True)
+        return torch.optim.Adam(params, lr=settings.learning_rate, fused=_FUSED_ADAM or None)
     if settings.optimizer == "adaptive":
         return SignAdaptive(params, lr=settings.learning_rate)
     if settings.optimizer == "rprop":
