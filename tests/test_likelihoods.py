@@ -332,3 +332,21 @@ def test_robust_max_tilted_normaliser_from_linear_p_equals_the_log_space_form():
         torch.testing.assert_close(lik.log_tilted(y, m, v, alpha), want, rtol=1e-12, atol=1e-14)
         got32 = LK.RobustMax(4, epsilon=1e-3).float().log_tilted(y, m.float(), v.float(), alpha)
         torch.testing.assert_close(got32.double(), want, rtol=2e-6, atol=5e-6 * alpha)     # (1/α)·error ≤ 5e-6
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 0.3, 1e-290])
+def test_robust_max_prediction_in_linear_space_equals_the_log_space_formula(epsilon):
+    # predict_log_proba takes P in linear space (and skips the panels of pairs provably below ε/C · 1e-16)
+    # while ε/C > e^-600; below that (ε = 1e-290) the log-space route. Both must be log((1 − ε) P + ε/C),
+    # renormalised, with P from the log-space rule.
+    from sgpc import quadrature
+    g = torch.Generator().manual_seed(3)
+    C = 6
+    mean = 3.0 * torch.randn(50, C, generator=g, dtype=torch.float64)
+    var = torch.exp(2.0 * torch.randn(50, C, generator=g, dtype=torch.float64))
+    mean[0] = torch.linspace(-40.0, 5.0, C)
+    lik = LK.RobustMax(C, epsilon=epsilon).double()
+    log_P = quadrature.log_prob_largest(mean, var, lik.n_points_predict)
+    ref = torch.logaddexp(math.log1p(-epsilon) + log_P, torch.tensor(math.log(epsilon / C), dtype=torch.float64))
+    ref = ref - torch.logsumexp(ref, -1, keepdim=True)
+    torch.testing.assert_close(lik.predict_log_proba(mean, var), ref, rtol=0, atol=1e-13)

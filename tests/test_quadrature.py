@@ -119,6 +119,57 @@ def test_linear_space_panels_equal_the_log_space_ones():
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=0)
 
 
+def _hard_marginals(seed, N=40, C=6):
+    """Marginals whose pairs need every rule: class variances 1e-3–1e3 apart (panels by ratio), means tens of
+    standard deviations apart (panels by tail, P ~ 1e-100), and ordinary rows."""
+    g = torch.Generator().manual_seed(seed)
+    mean = 3.0 * torch.randn(N, C, generator=g)
+    var = torch.exp(2.0 * torch.randn(N, C, generator=g))
+    mean[0], var[0] = torch.linspace(-40.0, 5.0, C), torch.full((C,), 0.5)
+    var[1] = torch.logspace(-3, 3, C)
+    return mean, var
+
+
+def test_linear_space_prediction_table_equals_the_log_space_one():
+    mean, var = _hard_marginals(11)
+    ref = Q.log_prob_largest(mean, var, 64).exp()
+    got = Q.prob_largest(mean, var, 64)
+    hard = Q._hard(var, torch.arange(6).expand(40, 6), Q.PANEL_RATIO_PREDICT) | (ref < math.exp(Q._TAIL_LOG_P))
+    assert 0 < int(hard.sum()) < hard.numel() and float(ref.min()) < 1e-80     # every rule is exercised
+    torch.testing.assert_close(got, ref, rtol=1e-12, atol=0)
+
+
+def test_pairwise_bound_is_exact_for_two_classes_and_an_upper_bound_otherwise():
+    mean, var = _hard_marginals(12, C=2)
+    exact = torch.as_tensor(norm.cdf(((mean[:, 0] - mean[:, 1]) / var.sum(1).sqrt()).numpy()))   # P(f_0 > f_1)
+    torch.testing.assert_close(Q.pairwise_bound(mean, var)[:, 0], exact, rtol=1e-14, atol=0)
+    mean, var = _hard_marginals(13)
+    P = Q.log_prob_largest(mean, var, 64).exp()
+    assert bool((P <= Q.pairwise_bound(mean, var) * (1 + 1e-9)).all())      # 1e-9: quadrature error where P ≈ bound
+
+
+@pytest.mark.parametrize("floor", [1e-30, 1e-8])
+def test_prediction_table_floor_changes_only_pairs_provably_below_it(floor):
+    # pairs with a bound below the floor keep their Gauss-Hermite value clamped to [0, bound]: absolute error
+    # below the floor; every other pair is the full rule's value
+    mean, var = _hard_marginals(14)
+    full = Q.prob_largest(mean, var, 64)
+    got = Q.prob_largest(mean, var, 64, floor=floor)
+    bound = Q.pairwise_bound(mean, var)
+    skipped = bound < floor
+    assert 0 < int(skipped.sum()) < skipped.numel()
+    assert bool((got[skipped] >= 0).all()) and bool((got[skipped] <= bound[skipped]).all())
+    assert bool(((got - full).abs()[skipped] <= floor).all())
+    assert torch.equal(got[~skipped], full[~skipped])
+
+
+def test_prediction_table_in_chunks_equals_one_pass(monkeypatch):
+    mean, var = _hard_marginals(15)
+    whole = Q.prob_largest(mean, var, 64)
+    monkeypatch.setattr(Q, "_CHUNK_ELEMENTS", 6 * 64 * 6 * 7)               # 7 rows per chunk
+    torch.testing.assert_close(Q.prob_largest(mean, var, 64), whole, rtol=1e-13, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_written_out_gradient_of_the_label_probability_matches_autograd(dtype):
     # _LabelLargest's backward is derived by hand; autograd through the same forward steps is the reference
