@@ -634,7 +634,8 @@ def test_dtype_auto_is_kept_by_save_load_and_warm_starts(tmp_path):
 def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
     """batch_size="auto" resolves to the full batch below ``fitting.AUTO_MINIBATCH_WORK`` (N·C·M·(M + D)) and to
     minibatches of ``AUTO_BATCH_SIZE`` from there (the threshold lowered here so that a small problem crosses
-    it); each resolved fit is bit for bit the fit with that batch size given, optimizer and tol included."""
+    it); each resolved fit is bit for bit the fit with that batch size and ``AUTO_MINIBATCH_LEARNING_RATE`` given,
+    optimizer and tol included; a learning rate given is kept."""
     from sgpc import fitting
     rng = np.random.default_rng(4)
     X = rng.normal(size=(300, 3))
@@ -646,12 +647,18 @@ def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(mo
     assert full.batch_size == "auto" and full.batch_size_ is None
     np.testing.assert_array_equal(full.predict_proba(X[:40]), GPClassifier(**kw, batch_size=None).fit(X, y).predict_proba(X[:40]))
     monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", work)                    # reached: minibatches
+    monkeypatch.setattr(fitting, "AUTO_BATCH_SIZE", 128)                         # below N: real minibatches
     for method in ("ep", "sep", "vi"):
         auto = GPClassifier(method=method, **kw).fit(X, y)
-        assert auto.batch_size_ == fitting.AUTO_BATCH_SIZE == 256
-        given = GPClassifier(method=method, batch_size=256, **kw).fit(X, y)
+        assert auto.batch_size_ == 128
+        given = GPClassifier(method=method, batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
+                             **kw).fit(X, y)
         np.testing.assert_array_equal(auto.predict_proba(X[:40]), given.predict_proba(X[:40]))
         assert auto.history_["objective"] == given.history_["objective"]
+        assert auto.history_["objective"] != GPClassifier(method=method, batch_size=128, **kw).fit(X, y).history_["objective"]
+    rate = GPClassifier(method="sep", learning_rate=0.002, **kw).fit(X, y)
+    np.testing.assert_array_equal(rate.predict_proba(X[:40]), GPClassifier(
+        method="sep", batch_size=128, learning_rate=0.002, **kw).fit(X, y).predict_proba(X[:40]))
     # a full-batch-only method, and a hybrid model, keep the full batch whatever the size
     assert GPClassifier(method="gfitc", n_inducing=10, max_iter=1, random_state=0).fit(X, y).batch_size_ is None
     assert GPClassifier(method="vi", feature_extractor=torch.nn.Linear(3, 2), **kw).fit(X, y).batch_size_ is None
@@ -663,7 +670,7 @@ def test_batch_size_auto_minibatches_a_stream_and_bad_batch_sizes_are_named(tmp_
     X = rng.normal(size=(400, 3))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
     est = GPClassifier(method="sep", n_inducing=8, max_iter=3, random_state=0).fit(stream.NpySource(X, y, block_rows=100))
-    assert est.batch_size_ == 256
+    assert est.batch_size_ == 400                                  # AUTO_BATCH_SIZE, at most the rows there are
     with pytest.raises(ValueError, match="streaming from a file or source needs minibatches"):
         GPClassifier(method="sep", batch_size=None, max_iter=1).fit(stream.NpySource(X, y, block_rows=100))
     for bad in (0, -3, 2.5, True, "big"):
@@ -686,8 +693,8 @@ def test_method_auto_is_ep_on_the_full_batch_and_sep_with_minibatches(monkeypatc
     np.testing.assert_array_equal(full.predict_proba(X[:30]), GPClassifier(method="ep", **kw).fit(X, y).predict_proba(X[:30]))
     monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", 300 * 3 * 10 * (10 + 3))    # reached: minibatches
     mini = GPClassifier(**kw).fit(X, y)
-    assert mini.method_ == "sep" and mini.batch_size_ == 256
-    given = GPClassifier(method="sep", batch_size=256, **kw).fit(X, y)
+    assert mini.method_ == "sep" and mini.batch_size_ == 300
+    given = GPClassifier(method="sep", batch_size=300, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE, **kw).fit(X, y)
     np.testing.assert_array_equal(mini.predict_proba(X[:30]), given.predict_proba(X[:30]))
     # a batch size given decides too: minibatches are sep, the full batch is ep, whatever the size
     assert GPClassifier(batch_size=64, **kw).fit(X, y).method_ == "sep"
@@ -711,3 +718,19 @@ def _check_refused_without(path, key: str, match: str) -> None:
     atomic_save(path.with_name("bad.sgpc"), d)
     with pytest.raises(ModelFileError, match=match):
         GPClassifier.load(path.with_name("bad.sgpc"))
+
+
+def test_prediction_moves_rows_to_the_model_block_by_block(monkeypatch):
+    """``predict_proba`` converts (and on a GPU moves) the rows of an array PREDICT_BLOCK at a time, never all of X
+    at once, and the blocks give the one-call result."""
+    from sgpc import estimator as E, fitting
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(120, 3))
+    y = np.argmax(X + 0.4 * rng.normal(size=(120, 3)), 1)
+    est = GPClassifier(method="vi", n_inducing=8, max_iter=3, tol=None, random_state=0).fit(X, y)
+    whole = est.predict_proba(X)
+    seen, convert = [], fitting.as_tensor
+    monkeypatch.setattr(E, "PREDICT_BLOCK", 50)
+    monkeypatch.setattr(fitting, "as_tensor", lambda p, A: seen.append(len(A)) or convert(p, A))
+    np.testing.assert_allclose(est.predict_proba(X), whole, rtol=0, atol=1e-12)
+    assert seen == [50, 50, 20]

@@ -163,13 +163,13 @@ FIT_OPTIONS: tuple[Option, ...] = (
            dict(type=_max_iter, metavar="N")),
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
-    Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 256 rows "
-           "once rows × classes × inducing points × (inducing points + features) reach 1e9 (default: "
-           "%(default)s)", dict(type=_batch, metavar="B")),
+    Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 1024 rows "
+           "(Adam at 0.03 unless --learning-rate is given) once rows × classes × inducing points × (inducing "
+           "points + features) reach 1e9 (default: %(default)s)", dict(type=_batch, metavar="B")),
     Option("--optimizer", "optimizer", "(default: the method's: rprop for a full-batch ep fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep and "
-           "0.01 for the others)",
+           "0.01 for the others; 0.03 for --batch-size auto's minibatches)",
            dict(type=float, metavar="LR")),
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of the one-line report")
     p.add_argument("--stream", action="store_true",
                    help="stream a Parquet file in row groups instead of loading it (vi, sep, apep, arpep, rpapep; "
-                        "minibatches of --batch-size rows, 256 when auto; standardisation statistics from one "
+                        "minibatches of --batch-size rows, 1024 when auto; standardisation statistics from one "
                         "streaming pass)")
     p.add_argument("--nproc", type=int, default=1, metavar="P",
                    help="data-parallel training in P local processes (torch.distributed, gloo; default: 1), "

@@ -181,9 +181,12 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # AUTO_MINIBATCH_WORK and the method takes minibatches, else the full batch; a streamed fit always takes
 # minibatches. Full-batch `ep` fits took 38–68 s per 10⁹ of that work to converge (adult 31 s at 0.83·10⁹,
 # pendigits 53 s at 1.02·10⁹, connect-4 93 s at 1.36·10⁹, letter over 240 s at 4.8·10⁹), while a minibatch
-# step's cost does not grow with N (docs/design-notes.md, 'batch_size="auto"').
+# step's cost does not grow with N (docs/design-notes.md, 'batch_size="auto"'). Those minibatches take Adam at
+# AUTO_MINIBATCH_LEARNING_RATE unless learning_rate is given: 1 024 rows at 0.03 reached a lower test NLL sooner than
+# 256 rows at 0.01 on connect-4 and chess-krvk, and stopped on their own (docs/design-notes.md, 'Larger minibatches').
 AUTO_MINIBATCH_WORK = 1e9
-AUTO_BATCH_SIZE = 256
+AUTO_BATCH_SIZE = 1024
+AUTO_MINIBATCH_LEARNING_RATE = 0.03
 
 
 def auto_inducing(N: int) -> int:
@@ -232,7 +235,8 @@ def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False)
 
 def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = False) -> dict:
     """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``), and
-    with the optimizer, tol and max_iter that depend on it (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``)
+    with the learning rate (``AUTO_MINIBATCH_LEARNING_RATE`` for its minibatches, unless given), optimizer, tol and
+    max_iter that depend on it (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``)
     derived again.
     ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     if p["batch_size"] != "auto":
@@ -241,8 +245,9 @@ def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = Fa
     minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
                              and p["feature_extractor"] is None and _large(p, N, D, C))
     given = {**est.get_params(deep=False), "batch_size": min(AUTO_BATCH_SIZE, N) if minibatch else None}
-    return {**p, "batch_size": given["batch_size"], "optimizer": optimizer_of(given), "tol": tol_of(given),
-            "max_iter": max_iter_of(given)}
+    rate = AUTO_MINIBATCH_LEARNING_RATE if minibatch and given["learning_rate"] is None else p["learning_rate"]
+    return {**p, "batch_size": given["batch_size"], "learning_rate": rate, "optimizer": optimizer_of(given),
+            "tol": tol_of(given), "max_iter": max_iter_of(given)}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:
