@@ -405,8 +405,8 @@ def prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 64, floo
 
     For outputs that add a constant c to P (robust-max's ε/C), where P's absolute error is what matters:
     ``floor`` > 0 lets the pairs whose P is provably below it (``pairwise_bound``) skip the panels, keeping their
-    Gauss–Hermite value clamped to [0, bound], so their absolute error is below ``floor``. Predictions of an
-    18-class model spent most of their time on such pairs' panels.
+    Gauss–Hermite value clamped to [0, bound], so their absolute error is below ``floor`` (on an 18-class model,
+    2 000 of the 17 000 pairs that needed panels; linear space is most of the saving, docs/design-notes.md).
     """
     N, C = mean.shape
     rows = max(1, _CHUNK_ELEMENTS // (C * n_points * C))

@@ -20,7 +20,7 @@ __all__ = ["RobustMax"]
 
 # predictions: P(f_c largest) in linear space (``quadrature.prob_largest``) while ε/C is above e^-600, where P's
 # underflow below ~1e-308 cannot reach p = (1 − ε) P + ε/C; pairs with P provably below PREDICT_FLOOR · ε/C skip
-# the panels (an 18-class prediction took 31 s for 4 000 rows in log space, most of it on such pairs)
+# the panels (an 18-class prediction took 31 s for 4 000 rows in log space, most of it on panels)
 LINEAR_PREDICT_MIN_LOG_B = -600.0
 PREDICT_FLOOR = 1e-16
 
