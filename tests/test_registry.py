@@ -28,10 +28,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def options(method: str, **extra) -> dict:
-    """Small, fast settings that every method accepts (full-batch EP methods on L-BFGS)."""
+    """Small, fast settings that every method accepts (full-batch EP methods on L-BFGS with its unit step)."""
     kw = dict(method=method, n_inducing=6, max_iter=4, random_state=0)
     if METHODS[method].capabilities.full_batch_only:
-        kw.update(optimizer="lbfgs", max_iter=2)
+        kw.update(optimizer="lbfgs", learning_rate=1.0, max_iter=2)
     return {**kw, **extra}
 
 
@@ -230,9 +230,11 @@ def test_option_defaults_are_the_documented_ones():
                                   "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
     assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
                               "shared_kernel": False, "prior_scale": None}
-    # the methods' own defaults (docs/suite.md): ep full batch on Rprop with a log-normal prior of scale 2
-    assert {name: (m.optimizer, m.prior_scale) for name, m in METHODS.items() if (m.optimizer, m.prior_scale)
-            != ("adam", None)} == {"ep": ("rprop", 2.0)}
+    # the methods' own defaults (docs/suite.md, design notes): ep and the function-space EP engines fit the full
+    # batch on Rprop from 0.05 with a log-normal prior of scale 2, their inducing inputs kept, tol 3e-4
+    ep_fit = ("rprop", 2.0, 0.05, False, 3e-4)
+    assert {name: (m.optimizer, m.prior_scale, m.learning_rate, m.learn_inducing, m.tol) for name, m in METHODS.items()
+            if (m.optimizer, m.prior_scale, m.learning_rate, m.learn_inducing, m.tol) != ("adam", None, 0.01, True, 1e-4)} == {"ep": ep_fit, "gfitc": ep_fit, "rmgpc": ep_fit, "smgpc": ep_fit}
     assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
     assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 

@@ -240,8 +240,9 @@ def noisy_iris():
 @pytest.mark.parametrize("method,n_inducing", [("rmgpc", 150), ("smgpc", 150), ("rmgpc", 20)])
 def test_estimator_fit_predict_save_load(noisy_iris, method, n_inducing, tmp_path):
     X, y, yn, flip = noisy_iris
+    # learned inducing inputs (not the default) where the model is FITC: load must keep them trainable
     clf = GPClassifier(method=method, optimizer="lbfgs", learning_rate=1.0, max_iter=8, n_inducing=n_inducing,
-                       random_state=0).fit(X, yn)
+                       inducing_params={"learn": True}, random_state=0).fit(X, yn)
     assert clf.score(X, y) > 0.9
     P = clf.predict_proba(X)
     np.testing.assert_allclose(P.sum(1), 1, atol=1e-12)
@@ -279,8 +280,9 @@ def test_full_gp_warm_start_keeps_z_on_the_training_rows(noisy_iris, tmp_path):
         assert est.outlier_proba_.shape == (150,)
     assert clf.score(X, y) > 0.9
     np.testing.assert_allclose(back.predict_proba(X), clf.predict_proba(X), rtol=1e-8, atol=1e-10)
-    # fewer inducing points than rows: no longer the full GP, so the fit starts afresh
-    clf.set_params(n_inducing=20).fit(X, yn)
+    # fewer inducing points than rows: no longer the full GP, so the fit starts afresh (and Z learned when asked: the
+    # full GP's fixed Z does not carry over)
+    clf.set_params(n_inducing=20, inducing_params={"learn": True}).fit(X, yn)
     assert clf.model_.Z.shape[-2] == 20 and clf.model_.Z.requires_grad
 
 

@@ -71,7 +71,7 @@ def test_warm_ep_refit_starts_at_the_previous_posterior():
 def test_warm_gfitc_starts_ep_from_the_converged_sites():
     X, y = _blobs(10)
     est = GPClassifier(method="gfitc", n_inducing=6, max_iter=5, optimizer="lbfgs", learning_rate=1.0,
-                       random_state=0).fit(X, y)
+                       inducing_params={"learn": True}, kernel_params={"prior_scale": None}, random_state=0).fit(X, y)
     old = est.state_
     X2, y2 = np.r_[X, [[0.0, 0.0]]], np.r_[y, 2]
     engine, Xt, yt = est._make_engine(), est._tensor(X2), torch.as_tensor(y2)

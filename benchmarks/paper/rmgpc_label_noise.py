@@ -19,7 +19,7 @@ import numpy as np
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: _common
-from _common import write
+from _common import paper_fit, write
 from scalable_ep_uci import SETS
 from sgpc import GPClassifier
 from sgpc.datasets import DataNotFoundError, train_test
@@ -48,7 +48,7 @@ def run(name, method, noise, seed, iters, max_full, vi_iters=300):
     opt = dict(optimizer="adam", learning_rate=0.05, max_iter=vi_iters,
                likelihood_params={"learn_epsilon": True}) if method == "vi" \
         else dict(optimizer="lbfgs", learning_rate=1.0, max_iter=iters)
-    clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, random_state=seed, **opt)
+    clf = GPClassifier(tol=None, method=method, n_inducing=M, random_state=seed, **paper_fit(method), **opt)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -17,7 +17,7 @@ import torch
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: _common
-from _common import write
+from _common import paper_fit, write
 from sgpc import GPClassifier, datasets, metrics
 from sgpc.rmgpc import RMGPC
 
@@ -60,7 +60,8 @@ def main() -> None:
     sweeps = trace_beta()
     for pair, rs in ((p, r) for p in args.priors for r in args.random_states):
         a0, b0 = (float(v) for v in pair.split(","))
-        est = GPClassifier(tol=None, method="rmgpc", max_iter=args.iters,
+        est = GPClassifier(tol=None, method="rmgpc", max_iter=args.iters, optimizer="adam", learning_rate=0.01,
+                           **paper_fit("rmgpc", init="kmeans"),
                            method_params={"outlier_prior_a": a0, "outlier_prior_b": b0},
                            random_state=rs)
         start = time.perf_counter()

@@ -47,7 +47,7 @@ def realisation(seed: int, scenario: int, n_train=100, n_test=1000, d=5, C=5):
 
 def fit_error(method, Xtr, ytr, Xte, yte, iters, seed):
     clf = GPClassifier(tol=None, method=method, kernel="linear", optimizer="lbfgs", learning_rate=1.0, max_iter=iters,
-                       n_inducing=len(Xtr), kernel_params={"latent_noise": 0.1}, random_state=seed)
+                       n_inducing=len(Xtr), kernel_params={"latent_noise": 0.1, "prior_scale": None}, random_state=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf.fit(Xtr, ytr)

@@ -19,7 +19,7 @@ import torch
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: _common
-from _common import RESULTS, write
+from _common import RESULTS, paper_fit, write
 from sgpc import GPClassifier
 from sgpc.datasets import train_test
 
@@ -42,7 +42,7 @@ def main():
         for M in args.ms:
             for method in args.methods:
                 opt, lr = OPTIMIZER[method]
-                clf = GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, optimizer=opt,
+                clf = GPClassifier(tol=None, method=method, n_inducing=M, **paper_fit(method), optimizer=opt,
                                    learning_rate=lr, max_iter=args.iters,
                                    random_state=seed)
                 clf.fit(Xtr, ytr, X_val=Xte, y_val=yte, eval_every=args.eval_every)

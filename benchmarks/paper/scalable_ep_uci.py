@@ -23,7 +23,7 @@ import torch
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: _common
-from _common import write
+from _common import paper_fit, write
 from sgpc import GPClassifier
 from sgpc.datasets import DataNotFoundError, train_test
 from sgpc.metrics import evaluate
@@ -57,7 +57,7 @@ def classifier(method, M, seed, iters, optimizer=None, **params) -> GPClassifier
     """The protocol's estimator: M random training rows as inducing inputs, the method's optimizer (or
     ``optimizer`` = (name, rate)), ``iters`` iterations, seeded by the split."""
     opt, lr = optimizer or OPTIMIZER[method]
-    return GPClassifier(tol=None, method=method, n_inducing=M, inducing_params={"init": "random"}, optimizer=opt, learning_rate=lr,
+    return GPClassifier(tol=None, method=method, n_inducing=M, **paper_fit(method), optimizer=opt, learning_rate=lr,
                         max_iter=iters, random_state=seed, **params)
 
 
