@@ -87,7 +87,8 @@ def main():
     for method in args.methods:
         for noise in args.noise:
             rs = [r for r in rows if r["method"] == method and r["noise"] == noise]
-            print(f"{method:6s} noise {noise:.1f}: fit {min(r['fit_s'] for r in rs):.1f}-{max(r['fit_s'] for r in rs):.1f} s, "
+            times = [r["fit_s"] for r in rs]
+            print(f"{method:6s} noise {noise:.1f}: fit {min(times):.1f}-{max(times):.1f} s, "
                   f"mean error {np.mean([r['error'] for r in rs]):.4f}, mean NLL {np.mean([r['nll'] for r in rs]):.4f}")
 
 

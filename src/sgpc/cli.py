@@ -166,7 +166,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 1024 rows "
            "(Adam at 0.03 unless --learning-rate is given) once rows × classes × inducing points × (inducing "
            "points + features) reach 1e9 (default: %(default)s)", dict(type=_batch, metavar="B")),
-    Option("--optimizer", "optimizer", "(default: the method's: rprop for gfitc, rmgpc, smgpc and a full-batch ep fit, adam otherwise)",
+    Option("--optimizer", "optimizer", "(default: the method's: rprop for gfitc, rmgpc, smgpc and a full-batch ep "
+           "fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep, gfitc, "
            "rmgpc and smgpc, 0.01 for the others; 0.03 for --batch-size auto's minibatches)",
