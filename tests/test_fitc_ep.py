@@ -368,3 +368,76 @@ def test_lbfgs_fit_increases_the_ep_evidence():
     # objective[0] is log Z_EP at the start (EP converged at the initial hyper-parameters)
     assert log_Z_final > hist.objective[0] + 1.0, (hist.objective[0], log_Z_final)
     assert max(hist.objective) <= log_Z_final + 1e-3                 # the end is the best point seen
+
+
+def test_settle_runs_the_inner_ep_with_the_larger_cap_from_the_given_sites():
+    # settle = update with SETTLE_SWEEPS × max_sweeps sweeps: the same sites as run_ep given that cap
+    model, X, y = problem(N=30, seed=1)
+    engine = F.GFITC(tol=1e-8, max_sweeps=2)
+    state = engine.update(model, engine.init(model, X, y, torch.Generator()), X, y, len(y))
+    assert not engine.converged(state) and state.sweeps == 2
+    settled = engine.settle(model, state, X, y, len(y))
+    sites, _, _, rep = F.run_ep(F.fitc_prior(model, X), y, state.sites, damping=engine.damping, tol=engine.tol,
+                                max_sweeps=F.SETTLE_SWEEPS * engine.max_sweeps)
+    assert settled.sweeps == rep.n_sweeps == F.SETTLE_SWEEPS * engine.max_sweeps
+    for a, b in zip(settled.sites, sites):
+        assert torch.equal(a, b)
+    # a run that converges within the larger cap (but not within update's) says so
+    _, _, _, need = F.run_ep(F.fitc_prior(model, X), y, state.sites, damping=0.5, tol=1e-2, max_sweeps=1000)
+    assert 3 < need.n_sweeps <= F.SETTLE_SWEEPS * 3
+    settled = F.GFITC(tol=1e-2, max_sweeps=3).settle(model, state, X, y, len(y))
+    assert settled.converged and settled.sweeps == need.n_sweeps
+
+
+class _CountingGFITC(F.GFITC):
+    """GFITC that records the fit steps at which the fit loop settled it."""
+
+    def settle(self, model, state, X, y, n_total, idx=None):
+        self.calls.append(len(self.steps))
+        return super().settle(model, state, X, y, n_total, idx)
+
+    def update(self, model, state, X, y, n_total, idx=None, *, geometry=None):
+        self.steps.append(1)
+        return super().update(model, state, X, y, n_total, idx, geometry=geometry)
+
+
+class _UnsettledGFITC(F.GFITC):
+    """GFITC without ``settle`` (the protocol's default: the state unchanged)."""
+
+    def settle(self, model, state, X, y, n_total, idx=None):
+        return state
+
+
+def test_the_fit_loop_settles_a_lagging_inner_ep_once_the_outer_rule_is_met():
+    model, X, y = problem(N=30, C=3, M=4, seed=2, noise=0.3)
+    engine = _CountingGFITC(tol=1e-3, max_sweeps=3)           # three sweeps a step: EP lags the steps
+    object.__setattr__(engine, "calls", [])
+    object.__setattr__(engine, "steps", [])
+    settings = TrainSettings(optimizer="adam", learning_rate=1e-4, max_iter=200, tol=1e-2, n_iter_no_change=3)
+    state, hist = fit(model, engine, engine.init(model, X, y, torch.Generator()), X, y, settings,
+                      generator=torch.Generator().manual_seed(0))
+    # tiny steps: the objective per datum is quiet from the first comparison, so the rule is met after step 4; EP
+    # (three sweeps per step) has not converged to 1e-3 then, so the loop settles it at that step, it converges
+    # within its cap, and the fit stops there, converged
+    assert engine.calls == [4] and hist.iteration == [1, 2, 3, 4]
+    assert hist.converged and state.converged and 3 < state.sweeps <= F.SETTLE_SWEEPS * 3
+    # without the settle the same fit runs on until one capped run happens to meet the tolerance
+    plain = _UnsettledGFITC(tol=1e-3, max_sweeps=3)
+    model2, _, _ = problem(N=30, C=3, M=4, seed=2, noise=0.3)
+    _, hist2 = fit(model2, plain, plain.init(model2, X, y, torch.Generator()), X, y, settings,
+                   generator=torch.Generator().manual_seed(0))
+    assert len(hist2.iteration) > 4 and hist2.objective[:4] == hist.objective
+
+
+def test_the_rule_is_due_to_settle_only_on_the_check_that_meets_it():
+    from sgpc.train import Convergence
+    rule = Convergence(tol=0.1, patience=2, steps_per_check=1)
+    due = []
+    for v in (0.0, 1.0, 1.05, 1.1, 1.12, 2.0, 2.01, 2.02):
+        rule.observe(v)
+        due.append(rule.settling_due)
+    assert due == [False, False, False, True, False, False, False, True]
+    minibatch = Convergence(tol=0.1, patience=1, steps_per_check=1, steps_per_pass=5)
+    for v in (1.0, 1.0, 1.0, 1.0):
+        minibatch.observe(v)
+    assert minibatch.met and not minibatch.settling_due       # only a full-batch fit settles

@@ -113,6 +113,15 @@ def test_feature_extractor_follows_the_declared_capability(iris, method):
             est.fit(X, y)
 
 
+@pytest.mark.parametrize("method", ["gfitc", "rmgpc", "smgpc"])
+def test_the_inner_ep_tolerance_reaches_the_engine(method):
+    # ep_tol is the engine's tol; the fit loop settles (Engine.settle) only the engines with an inner EP
+    assert make_engine(resolve(GPClassifier(method=method).get_params(deep=False))).tol == 1e-2
+    params = GPClassifier(method=method, method_params={"ep_tol": 1e-3}).get_params(deep=False)
+    engine = make_engine(resolve(params))
+    assert engine.tol == 1e-3 and type(engine).settle is not Engine.settle
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_every_engine_implements_the_protocol(method):
     params = GPClassifier(method=method).get_params(deep=False)
@@ -225,7 +234,7 @@ def test_guard_every_option_is_used_and_has_a_value_check():
 def test_option_defaults_are_the_documented_ones():
     # the defaults are part of the API: a changed one changes every fit that relies on it
     assert METHOD_OPTIONS == {"alpha": 0.5, "damping": 0.5, "sep_log_z": "local", "outlier_prior_a": 1.0,
-                              "outlier_prior_b": 9.0, "natgrad_lr": None}
+                              "outlier_prior_b": 9.0, "natgrad_lr": None, "ep_tol": 1e-2}
     assert LIKELIHOOD_OPTIONS == {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
                                   "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
     assert KERNEL_OPTIONS == {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
@@ -260,6 +269,8 @@ def test_resolve_merges_the_dicts_over_the_declared_defaults():
     (dict(likelihood_params={"epsilon": 1.5}), r"epsilon must be a finite number in \(0, 1\)"),
     (dict(kernel_params="rbf"), "kernel_params must be a dict of options or None, got str"),
     (dict(method="rmgpc", method_params={"damping": 0.5, "outlier_prior_b": 0.0}), "outlier_prior_b must be"),
+    (dict(method="gfitc", method_params={"ep_tol": 0.0}), r"ep_tol must be a finite number in \(0, ∞\)"),
+    (dict(method="ep", method_params={"ep_tol": 1e-3}), r"unknown method_params key 'ep_tol' for method='ep'"),
 ])
 def test_unknown_option_keys_and_bad_values_are_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):

@@ -140,6 +140,21 @@ def test_parallel_ep_reaches_a_fixed_point():
         torch.testing.assert_close(getattr(again, name), getattr(st, name), rtol=1e-8, atol=1e-8)
 
 
+def test_settle_runs_ep_from_the_given_sites_with_the_larger_cap():
+    # settle = run with fitc_ep.SETTLE_SWEEPS × max_sweeps sweeps from the state's sites (Engine.settle)
+    model, X, y = problem(M=6)
+    eng = R.RMGPC(tol=1e-9, max_sweeps=2)
+    st = eng.update(model, eng.init(model, X, y, None), X, y, len(y))
+    assert not eng.converged(st) and st.sweeps == 2
+    settled = eng.settle(model, st, X, y, len(y))
+    ref = eng.run(F.fitc_prior(model, X), st, max_sweeps=F.SETTLE_SWEEPS * 2)
+    assert settled.sweeps == ref.sweeps == F.SETTLE_SWEEPS * 2
+    for name in ("tau_y", "nu_y", "tau_k", "nu_k", "q_lik", "q_prior", "a_site", "b_site", "log_Z_site"):
+        assert torch.equal(getattr(settled, name), getattr(ref, name))
+    with pytest.raises(ValueError, match="full-batch"):
+        eng.settle(model, st, X[:10], y[:10], len(y))
+
+
 @pytest.mark.parametrize("M", [None, 6])
 def test_rho_forced_to_zero_equals_smgpc(M):
     # a₀/b₀ = 1e-10: the uniform-label term has weight ~1e-10, so every site, the posterior and the

@@ -61,8 +61,8 @@ def main() -> None:
     for pair, rs in ((p, r) for p in args.priors for r in args.random_states):
         a0, b0 = (float(v) for v in pair.split(","))
         est = GPClassifier(tol=None, method="rmgpc", max_iter=args.iters, optimizer="adam", learning_rate=0.01,
-                           **paper_fit("rmgpc", init="kmeans"),
-                           method_params={"outlier_prior_a": a0, "outlier_prior_b": b0},
+                           **paper_fit("rmgpc", init="kmeans",
+                                       method_params={"outlier_prior_a": a0, "outlier_prior_b": b0}),
                            random_state=rs)
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:

@@ -168,6 +168,14 @@ class Engine:
         """Whether the engine's last inner EP run converged (gfitc, rmgpc); None for engines without one."""
         return None
 
+    def settle(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, n_total: int,
+               idx: torch.Tensor | None = None):
+        """The state after running the inner EP (gfitc, rmgpc) at the current hyper-parameters until it converges,
+        with a larger sweep cap than ``update``'s. The fit loop calls it once the outer rule has become met while
+        ``converged`` is False: the hyper-parameters are then stationary, and only the sites lag. Default: the
+        state unchanged (engines without an inner run)."""
+        return state
+
 
 @torch.no_grad()
 def write_constants(model: nn.Module, engine: Engine, state) -> None:

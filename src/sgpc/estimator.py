@@ -55,6 +55,9 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             ``sgpc.sep``).
             outlier_prior_a, outlier_prior_b ("rmgpc", "smgpc"; 1.0, 9.0): a₀, b₀ of the Beta prior on the outlier
             fraction ρ (Beta(1, 9): prior mean 0.1).
+            ep_tol ("gfitc", "rmgpc", "smgpc"; 1e-2): the inner EP run before each hyper-parameter step stops
+            when no site parameter changed by more than this (relative to 1 + |value|) in a sweep, or after 20
+            sweeps; the fit converges only once an inner run has (the papers' protocol: 1e-3).
             natgrad_lr ("vi", "arpep", "rpapep", "bsvm"; None): None: the free Gaussian q(u) is optimised with
             the hyper-parameters; γ > 0: q(u) takes natural-gradient steps of size γ (Salimbeni et al. 2018) from
             the same backward pass, and the optimiser (optimizer="adam" or "adaptive") moves the

@@ -453,6 +453,12 @@ class GFITCState:
                 "redamped": self.redamped, "reset": self.reset}
 
 
+# ``settle``'s sweep cap, in units of ``max_sweeps``: parallel EP on these factors has slow modes (the largest relative
+# site change shrinks by ~1% a sweep late in a fit, docs/design-notes.md), so a run from sites that lag by a few
+# percent needs tens of sweeps more than a step allows
+SETTLE_SWEEPS = 5
+
+
 @dataclass(frozen=True)
 class GFITC(Engine):
     """Settings of the GFITC engine (scalable-ep §3): EP in function space on the FITC prior, full batch.
@@ -527,15 +533,20 @@ class GFITC(Engine):
                              f"{n} training rows, in order (minibatches are not supported; use batch_size=None, "
                              "or method='ep'/'sep' for minibatch training)")
 
-    @torch.no_grad()
     def update(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
                idx: torch.Tensor | None = None, *, geometry=None) -> GFITCState:
-        """Run EP to convergence at the current hyper-parameters (warm start from ``state``'s sites)."""
+        """Run EP to convergence at the current hyper-parameters (warm start from ``state``'s sites), at most
+        ``max_sweeps`` sweeps."""
+        return self._run(model, state, X, y, idx, self.max_sweeps)
+
+    @torch.no_grad()
+    def _run(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None,
+             max_sweeps: int) -> GFITCState:
         self._check_full_batch(state, X, idx)
         y = y.long()
         prior = fitc_prior(model, X)
         sites, mean, var, rep = run_ep(prior, y, state.sites, damping=self.damping, tol=self.tol,
-                                       max_sweeps=self.max_sweeps, log_factor=self.log_factor)
+                                       max_sweeps=max_sweeps, log_factor=self.log_factor)
         log_Z_site = site_log_normalizers(y, sites, mean, var, self.log_factor)
         return GFITCState(X=X.detach(), y=y, tau_y=sites.tau_y, nu_y=sites.nu_y, tau_k=sites.tau_k,
                           nu_k=sites.nu_k, log_Z_site=log_Z_site, sweeps=rep.n_sweeps, converged=rep.converged,
@@ -566,3 +577,9 @@ class GFITC(Engine):
     def converged(self, state: GFITCState) -> bool:
         """Whether the last EP run converged within ``max_sweeps``."""
         return bool(state.converged)
+
+    def settle(self, model: SparseGP, state: GFITCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
+               idx: torch.Tensor | None = None) -> GFITCState:
+        """EP from ``state``'s sites at the current hyper-parameters, at most ``SETTLE_SWEEPS`` × ``max_sweeps``
+        sweeps (``Engine.settle``)."""
+        return self._run(model, state, X, y, idx, SETTLE_SWEEPS * self.max_sweeps)

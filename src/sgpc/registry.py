@@ -44,7 +44,7 @@ __all__ = ["Method", "METHODS", "LikelihoodEntry", "LIKELIHOODS", "KERNELS", "ME
 # -- options: the keys of the estimator's method_params, likelihood_params and kernel_params, with their defaults;
 # each method and likelihood takes some of them (``Method.options``, ``LikelihoodEntry.options``), every kernel all
 METHOD_OPTIONS: dict[str, object] = {"alpha": 0.5, "damping": 0.5, "sep_log_z": "local", "outlier_prior_a": 1.0,
-                                     "outlier_prior_b": 9.0, "natgrad_lr": None}
+                                     "outlier_prior_b": 9.0, "natgrad_lr": None, "ep_tol": 1e-2}
 LIKELIHOOD_OPTIONS: dict[str, object] = {"epsilon": 1e-3, "learn_epsilon": False, "noise_variance": None, "delta": 1e-3,
                                          "learn_delta": True, "n_samples_predict": 1024, "softmax_predict": "qmc"}
 KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": None, "init_variance": 1.0,
@@ -137,7 +137,8 @@ METHODS: dict[str, Method] = {
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
                   binary_likelihoods=_EP_BINARY),
-    "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"]}, _takes(METHOD_OPTIONS, "damping"), ("robustmax",),
+    "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
+                    _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
                     "EP in function space on the FITC prior, exact step likelihood, full batch", **_EP_FIT),
     "pep": Method(EP, lambda o, p: {"alpha": o["alpha"], "factor": "likelihood", "damping": o["damping"]},
@@ -157,14 +158,14 @@ METHODS: dict[str, Method] = {
                    "Crammer–Singer hinge pseudo-likelihood, ELBO eq. 12, inducing inputs shared by all classes",
                    own_likelihood="hinge", shared_inducing=True, caps=Capabilities(free_gaussian=True, weighted=True)),
     "rmgpc": Method(RMGPC, lambda o, p: {"damping": o["damping"], "outliers": True, "prior_a": float(o["outlier_prior_a"]),
-                                         "prior_b": float(o["outlier_prior_b"])},
-                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b"), ("robustmax",),
+                                         "prior_b": float(o["outlier_prior_b"]), "tol": float(o["ep_tol"])},
+                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b", "ep_tol"), ("robustmax",),
                     "robust multi-class GPC (NIPS 2011 supplement, eqs. 3–13)",
                     "EP with outlier indicators and a Beta posterior on ρ, full GP or FITC",
                     full_gp_at_n=True, outlier_model=True, **_EP_FIT),
     "smgpc": Method(RMGPC, lambda o, p: {"damping": o["damping"], "outliers": False, "prior_a": float(o["outlier_prior_a"]),
-                                         "prior_b": float(o["outlier_prior_b"])},
-                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b"), ("robustmax",),
+                                         "prior_b": float(o["outlier_prior_b"]), "tol": float(o["ep_tol"])},
+                    _takes(METHOD_OPTIONS, "damping", "outlier_prior_a", "outlier_prior_b", "ep_tol"), ("robustmax",),
                     "robust multi-class GPC supplement (baseline)", "rmgpc without outlier indicators",
                     full_gp_at_n=True, outlier_model=True, **_EP_FIT),
 }

@@ -455,6 +455,14 @@ class RMGPC(Engine):
         state = RMGPCState(**{**state.__dict__, "X": X.detach(), "y": y.long()})
         return self.run(F.fitc_prior(model, X), state)
 
+    def settle(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
+               idx: torch.Tensor | None = None) -> RMGPCState:
+        """EP from ``state``'s sites at the current hyper-parameters, at most ``fitc_ep.SETTLE_SWEEPS`` ×
+        ``max_sweeps`` sweeps (``Engine.settle``)."""
+        self._check_full_batch(state, X, idx)
+        state = RMGPCState(**{**state.__dict__, "X": X.detach(), "y": y.long()})
+        return self.run(F.fitc_prior(model, X), state, max_sweeps=F.SETTLE_SWEEPS * self.max_sweeps)
+
     def loss(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
              idx: torch.Tensor | None = None, *, geometry=None) -> torch.Tensor:
         """−log Z_EP with the sites held fixed (scalar, differentiable w.r.t. the model's parameters).

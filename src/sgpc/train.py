@@ -646,6 +646,12 @@ class Convergence:
         check found no trend (minibatches)."""
         return self.count >= (1 if self.steps_per_pass is not None else self.patience)
 
+    @property
+    def settling_due(self) -> bool:
+        """Whether the last check made a full-batch rule met (the quiet count has just reached ``patience``): the
+        moment the fit loop lets an engine's inner EP run to convergence (``Engine.settle``)."""
+        return self.steps_per_pass is None and self.count == self.patience
+
     def state_dict(self) -> dict:
         return {"best": self.best, "last": self.last, "count": self.count, "pending": list(self.pending),
                 "recent": list(self.recent)}
@@ -837,6 +843,12 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             t0 += time.perf_counter() - t_check     # as validation: not training time
         if checked is not None:
             history.monitored.append({"iteration": step + 1, "value": checked})
+        if rule.settling_due and monitor is None and settings.tol is not None and engine.converged(state) is False:
+            # the hyper-parameters have just become stationary and only the inner EP lags: run it to convergence
+            # now rather than one capped run per step until it gets there (Engine.settle)
+            state = engine.settle(model, state, Xb, yb, N, idx)
+            write_constants(model, engine, state)
+            record_engine_events(history, engine, state, step + 1, guard.rejected)
         converged = rule.met and engine.converged(state) is not False
         if bar is not None:
             bar.update(1)

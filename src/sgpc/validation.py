@@ -274,6 +274,7 @@ _OPTION_CHECKS = {
     "outlier_prior_a": lambda n, v: check_real(n, v, low=0.0),           # the Beta prior of ρ
     "outlier_prior_b": lambda n, v: check_real(n, v, low=0.0),
     "natgrad_lr": lambda n, v: check_real(n, v, low=0.0, none="q(u) on the optimiser"),
+    "ep_tol": lambda n, v: check_real(n, v, low=0.0),                    # the inner EP's relative site change
     "epsilon": lambda n, v: check_real(n, v, low=0.0, high=1.0, high_closed=False),
     "learn_epsilon": check_flag,
     "noise_variance": lambda n, v: check_real(n, v, low=0.0, low_closed=True, none="the likelihood's own"),
