@@ -27,7 +27,9 @@ non-finite values, non-positive tilted variance or non-positive local posterior 
 skipped; a latent whose posterior would become non-PD or give a non-positive cavity variance has
 its updates re-damped by halving, and skipped after five halvings), counted, and run to
 convergence (max change of any site parameter < tol) before each hyper-parameter step
-(scalable-ep §3: "run EP until convergence before updating the hyper-parameters").
+(scalable-ep §3: "run EP until convergence before updating the hyper-parameters"), at most
+``max_sweeps`` sweeps a step; once the hyper-parameters are stationary the fit loop lets a run that
+has not converged go on to ``SETTLE_SWEEPS`` × ``max_sweeps`` sweeps (``GFITC.settle``).
 
 What this module does not do: minibatches or stochastic site updates (the FITC evidence has no
 sum over the data, scalable-ep §3), EP on the inducing values (that is ``ep``/``sep``), or any
@@ -465,7 +467,8 @@ class GFITC(Engine):
 
     Attributes:
         damping: weight of the new site in (0, 1]; 1 = undamped EP.
-        tol: EP stops when no site parameter changes by more than this (relative to 1 + |value|) in a sweep.
+        tol: EP stops when no site parameter changes by more than this (relative to 1 + |value|) in a sweep
+            (the estimator's ``method_params["ep_tol"]``, 1e-2 there; 1e-3 here and in the paper scripts).
         max_sweeps: cap on EP sweeps per ``update``. Each update warm-starts from the previous sites,
             so over a fit EP keeps converging; on satimage (M = 129) parallel EP from zero sites
             still changed sites by 13% (relative) after 55 sweeps, so "to convergence" at every

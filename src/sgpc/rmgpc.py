@@ -213,8 +213,10 @@ class RMGPC(Engine):
 
     Attributes:
         damping: weight of the new site in (0, 1] (all site kinds; the supplement's ε).
-        tol: EP stops when no site parameter changes by more than this (relative to 1 + |value|).
-        max_sweeps: cap on parallel EP sweeps per ``update`` (warm-started from the previous sites).
+        tol: EP stops when no site parameter changes by more than this (relative to 1 + |value|) (the
+            estimator's ``method_params["ep_tol"]``, 1e-2 there; 1e-3 here and in the paper scripts).
+        max_sweeps: cap on parallel EP sweeps per ``update`` (warm-started from the previous sites);
+            ``settle`` allows ``fitc_ep.SETTLE_SWEEPS`` times as many.
         outliers: True = RMGPC; False = SMGPC (no indicators, step factor with latent Gaussian noise).
         prior_a, prior_b: a₀, b₀ of the Beta prior on ρ (prior mean a₀/(a₀ + b₀)).
         beta_projection: "moments" (the supplement's eq. 10: match the mean and variance of ρ) or "kl"
