@@ -386,6 +386,11 @@ def test_every_fit_option_reaches_a_gpclassifier_argument():
     assert len({o.flag for o in cli.FIT_OPTIONS}) == len(cli.FIT_OPTIONS)
 
 
+def test_the_inner_ep_tolerance_flag_reaches_method_params():
+    args = cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt", "--method", "rmgpc", "--ep-tol", "0.001"])
+    assert cli._estimator_params(args)["method_params"] == {"ep_tol": 0.001}
+
+
 def test_fit_options_become_estimator_arguments():
     args = cli.build_parser().parse_args(["fit", "iris", "-o", "m.pt", "--method", "pep", "--alpha", "0.3",
                                           "--kernel", "matern32", "--epsilon", "0.01", "--epochs", "3",

@@ -195,6 +195,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
            f"{METHOD_OPTIONS['alpha']})", dict(type=float, metavar="A")),
     Option("--damping", "method_params.damping", f"initial EP damping ({_takers('damping')}; default "
            f"{METHOD_OPTIONS['damping']})", dict(type=float, metavar="R")),
+    Option("--ep-tol", "method_params.ep_tol", "relative site change at which the inner EP stops "
+           f"({_takers('ep_tol')}; default {METHOD_OPTIONS['ep_tol']})", dict(type=float, metavar="T")),
     Option("--natgrad-lr", "method_params.natgrad_lr", "natural-gradient step size of q(u) "
            f"({_takers('natgrad_lr')}; default: none, q(u) moves with the optimiser)", dict(type=float, metavar="G")),
     Option("--epsilon", "likelihood_params.epsilon", f"label-noise probability ({_takers('epsilon')}; default "
