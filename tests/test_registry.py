@@ -358,6 +358,8 @@ def _object_cases():
                                                 "shared_kernel": True}), False),
         (dict(kernel=K.Sum(K.Matern(4, 3, nu=2.5, lengthscale=1.5, noise=1e-3), K.RBF(4, 3, lengthscale=15.0))),
          dict(kernel="matern52+rbf", kernel_params={"init_lengthscale": 1.5}), False),
+        (dict(kernel=K.Sum(K.RBF(4, 3, lengthscale=1.5, noise=1e-3), K.Linear(4, 3, lengthscale=1.5, noise=None))),
+         dict(kernel="rbf+linear", kernel_params={"init_lengthscale": 1.5}), False),
         (dict(likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
          dict(likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
         (dict(method="vi", likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(method="vi", likelihood="probit"), False),

@@ -82,7 +82,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             it is the initial likelihood (the argument is never modified); the method's likelihood rules apply to
             its class, and likelihood_params must be None.
         kernel: "rbf" (ARD squared exponential), "matern12", "matern32", "matern52", "linear", or
-            "matern52+rbf" (sum; the RBF term starts at 10× the Matérn length-scale, additive-noise-gpc App. D).
+            "matern52+rbf" (sum; the RBF term starts at 10× the Matérn length-scale, additive-noise-gpc App. D),
+            "rbf+linear" (sum of an RBF and an ARD linear term from the same initial length-scales).
             Or, as scikit-learn's ``kernel=``, an object of ``sgpc.kernels`` (``registry.KERNEL_CLASSES``: RBF,
             Matern, Linear, Sum) built for D inputs (the features, or the feature extractor's outputs) and L latent
             functions, e.g. ``kernels.RBF(D, C, lengthscale=2.0, noise=1e-3)``: a copy of it is the initial kernel

@@ -267,10 +267,16 @@ def _matern52_rbf(D: int, L: int, kw: dict) -> torch.nn.Module:
     return K.Sum(K.Matern(D, L, nu=2.5, **kw), K.RBF(D, L, **{**kw, "lengthscale": rbf_ls, "noise": None}))
 
 
+def _rbf_linear(D: int, L: int, kw: dict) -> torch.nn.Module:
+    # RBF plus an ARD linear term from the same initial length-scales (each term's amplitude 1); one latent-noise term
+    return K.Sum(K.RBF(D, L, **kw), K.Linear(D, L, **{**kw, "noise": None}))
+
+
 # name -> factory(D, L, keyword arguments of the kernel classes)
 KERNELS: dict[str, Callable[[int, int, dict], torch.nn.Module]] = {
     "rbf": lambda D, L, kw: K.RBF(D, L, **kw), "matern12": _matern(0.5), "matern32": _matern(1.5),
     "matern52": _matern(2.5), "linear": lambda D, L, kw: K.Linear(D, L, **kw), "matern52+rbf": _matern52_rbf,
+    "rbf+linear": _rbf_linear,
 }
 
 
