@@ -271,6 +271,9 @@ def test_resolve_merges_the_dicts_over_the_declared_defaults():
     (dict(method="rmgpc", method_params={"damping": 0.5, "outlier_prior_b": 0.0}), "outlier_prior_b must be"),
     (dict(method="gfitc", method_params={"ep_tol": 0.0}), r"ep_tol must be a finite number in \(0, ∞\)"),
     (dict(method="ep", method_params={"ep_tol": 1e-3}), r"unknown method_params key 'ep_tol' for method='ep'"),
+    (dict(likelihood_params={"learn_epsilon": True}), r"method='ep' fits the pairwise step factors .* does not "
+                                                      r"contain epsilon"),        # "auto": ep (full batch) or sep
+    (dict(method="gfitc", likelihood_params={"learn_epsilon": True}), "learn_epsilon=True would leave it where it"),
 ])
 def test_unknown_option_keys_and_bad_values_are_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -360,8 +363,8 @@ def _object_cases():
          dict(kernel="matern52+rbf", kernel_params={"init_lengthscale": 1.5}), False),
         (dict(kernel=K.Sum(K.RBF(4, 3, lengthscale=1.5, noise=1e-3), K.Linear(4, 3, lengthscale=1.5, noise=None))),
          dict(kernel="rbf+linear", kernel_params={"init_lengthscale": 1.5}), False),
-        (dict(likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
-         dict(likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
+        (dict(method="vi", likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
+         dict(method="vi", likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
         (dict(method="vi", likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(method="vi", likelihood="probit"), False),
         (dict(method="vi", likelihood=Softmax(3)), dict(method="vi", likelihood="softmax"), False),
         (dict(method="ep", likelihood=BinaryAdditiveGaussian(2.897, 0.01, learn_delta=False)),
@@ -460,3 +463,25 @@ def test_guard_every_kernel_and_likelihood_class_rebuilds_from_its_spec():
             {k: v for k, v in vars(obj).items() if not isinstance(v, dict)}
         assert dict(back.named_parameters()).keys() == dict(obj.named_parameters()).keys()
         assert all(torch.equal(v, back.state_dict()[k]) for k, v in obj.state_dict().items())
+
+
+def test_learn_epsilon_is_refused_exactly_where_the_objective_has_no_epsilon(iris):
+    # ep, sep and gfitc fit the pairwise step factors (scalable-ep eq. 6): ε enters their predictions only, and a
+    # learned ε stayed where it started (fits of 30 steps on iris, ε from 0.05: 0.05 for the three, 0.038-0.065
+    # for the others); the methods whose objective has ε move it
+    from sgpc.likelihoods import RobustMax
+    X, y = iris
+    for name, method in METHODS.items():
+        kw = dict(method=name, likelihood_params={"learn_epsilon": True, "epsilon": 0.05})
+        if not method.epsilon_in_objective:
+            with pytest.raises(ValueError, match="does not contain epsilon"):
+                validation.check_params(GPClassifier(**kw))
+            with pytest.raises(ValueError, match="does not contain epsilon"):      # the same as an object
+                validation.check_params(GPClassifier(method=name, likelihood=RobustMax(3, 0.05, learn_epsilon=True)))
+        elif name in ("vi", "pep"):
+            est = GPClassifier(**kw, n_inducing=10, max_iter=30, random_state=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est.fit(X, y)
+            assert abs(float(est.model_.likelihood.epsilon) - 0.05) > 1e-3, name
+    assert {n for n, m in METHODS.items() if not m.epsilon_in_objective} == {"ep", "sep", "gfitc"}

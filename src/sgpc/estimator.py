@@ -70,7 +70,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         likelihood_params: the likelihood's options (None: all defaults; a key the likelihood does not take is an
             error; ``registry.LIKELIHOODS[likelihood].options``; bsvm's hinge takes none):
             "robustmax": epsilon (1e-3), the label-noise probability in (0, 1); learn_epsilon (False): make it
-            trainable.
+            trainable (not with "ep", "sep", "gfitc": they fit step factors without ε, which enters their
+            predictions only; nor "rmgpc"/"smgpc", where ε = E[ρ]).
             "step"/"probit"/"logit": noise_variance (None), a (None = 0, 1, 2.897 respectively; a = 0 is
             exact); delta (1e-3), the initial robustness δ (eqs. 5, 15) in (0, (C−1)/C); learn_delta (True):
             optimise δ with the hyper-parameters (§IV-B-1) or keep it fixed.

@@ -91,6 +91,9 @@ class Method:
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
         auto_float32: ``dtype="auto"`` may pick float32 for it on a large enough problem (``fitting.resolve_dtype``):
             measured for "ep" only.
+        epsilon_in_objective: whether the robust-max ε enters what the fit optimises. Not for "ep", "sep" and "gfitc":
+            their factors are the pairwise step functions of scalable-ep eq. 6 (ε enters the predictions only), so
+            ``learn_epsilon`` would leave ε where it started (``validation`` refuses it).
     """
 
     engine: type[Engine]
@@ -111,6 +114,7 @@ class Method:
     prior_scale: float | None = None
     tol: float = 1e-4
     auto_float32: bool = False
+    epsilon_in_objective: bool = True
 
     @property
     def capabilities(self) -> Capabilities:
@@ -132,15 +136,16 @@ METHODS: dict[str, Method] = {
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
-                 binary_likelihoods=_EP_BINARY, auto_float32=True, **_EP_FIT),
+                 binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False, **_EP_FIT),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
-                  binary_likelihoods=_EP_BINARY),
+                  binary_likelihoods=_EP_BINARY, epsilon_in_objective=False),
     "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
                     _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
-                    "EP in function space on the FITC prior, exact step likelihood, full batch", **_EP_FIT),
+                    "EP in function space on the FITC prior, exact step likelihood, full batch",
+                    epsilon_in_objective=False, **_EP_FIT),
     "pep": Method(EP, lambda o, p: {"alpha": o["alpha"], "factor": "likelihood", "damping": o["damping"]},
                   _takes(METHOD_OPTIONS, "alpha", "damping"), ("robustmax",), "alpha-divergence GPC §3.1, App. A",
                   "Power EP (alpha in (0, 1]) with rank-one sites on the robust-max likelihood",

@@ -364,6 +364,13 @@ def check_params(est) -> dict:
     if est.method in ("rmgpc", "smgpc") and learned["learn_epsilon"]:    # the outlier model
         raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: leave "
                          "likelihood_params['learn_epsilon'] False")
+    fitted_by = ("ep", "sep") if est.method == "auto" else (est.method,)      # what "auto" resolves to
+    if learned.get("learn_epsilon") and not any(METHODS[m].epsilon_in_objective for m in fitted_by):
+        raise ValueError(f"method={est.method!r} fits the pairwise step factors of scalable-ep eq. 6, whose objective "
+                         "does not contain epsilon: learn_epsilon=True would leave it where it starts. Set "
+                         "likelihood_params['epsilon'] to the value to predict with, or learn it with a method whose "
+                         "objective has it (method='pep' with method_params={'alpha': 1.0} is EP on the robust-max "
+                         "likelihood; 'vi')")
     check_device(est.device)
     check_flag("warm_start", est.warm_start)
     check_real("learning_rate", est.learning_rate, low=0.0, none="the method's default")
