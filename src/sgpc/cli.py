@@ -185,7 +185,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "count), as scikit-learn (default: every row 1; not with --stream)", dict(choices=("balanced",))),
     Option("--seed", "random_state", "random_state of the fit and seed of the data split (default: %(default)s)",
            dict(type=int, metavar="S", default=0)),
-    Option("--dtype", "dtype", "'auto': for ep, float32 when rows × classes × inducing points reach 400 000, else float64 "
+    Option("--dtype", "dtype", "'auto': for ep, and sep with minibatches, float32 when rows × classes × inducing points "
+           "reach 400 000, else float64 "
            "(default: %(default)s)", dict(choices=("auto", *DTYPES))),
     Option("--device", "device", "torch device: cpu, cuda, cuda:N (default: %(default)s)", dict(metavar="DEV")),
     Option("--compile", "compile", "torch.compile the minibatch loss of a streamable method (default: eager)",

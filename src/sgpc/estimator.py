@@ -126,11 +126,13 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             minibatches. The fitted ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the
             full batch unless given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
-        dtype: "auto" (default), "float64" or "float32". "auto": for method "ep", float32 when rows × classes ×
-            inducing points reach 400 000 (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate and a float32
-            fit took 1.4–1.5× less time with the same test NLL, docs/design-notes.md), float64 otherwise, for the
-            other methods (not yet measured in float32), for inputs beyond 1e18 in magnitude, and for streamed fits; ``dtype_`` says which. Moment matching runs
-            in float64 either way. device: "cpu", "cuda", ...
+        dtype: "auto" (default), "float64" or "float32". "auto": for method "ep", and for "sep" with minibatches
+            (so for the default on large data), float32 when rows × classes × inducing points reach 400 000
+            (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate, and float32 took 1.4–1.5× less
+            time for full-batch "ep" and 1.2–1.6× less for minibatch "sep" with the same test NLL,
+            docs/design-notes.md), float64 otherwise, for the other methods (not yet measured in float32), for
+            inputs beyond 1e18 in magnitude, and for streamed fits; ``dtype_`` says which. Moment matching runs in
+            float64 either way. device: "cpu", "cuda", ...
         verbose: 0 silent, 1 progress bar and a summary.
         feature_extractor: optional ``torch.nn.Module`` mapping X [N,D] to features [N,D'] (hybrid model,
             multiclass-bayesian-svm §3.4; free-Gaussian methods). ``fit`` trains a copy jointly with the GP (the
