@@ -13,9 +13,9 @@ import torch
 from sklearn.utils.validation import validate_data
 
 from .likelihoods.additive import PREDICT_RULES
-from .registry import (AUTO_MAX_ITER_FULL_BATCH, AUTO_MAX_ITER_MINIBATCH, KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES,
-                       LIKELIHOODS, METHODS, OPTION_GROUPS, config, likelihood_key, likelihood_name, method_name,
-                       optimizer_of, resolve, spec)
+from .registry import (AUTO_FULL_BATCH, AUTO_MAX_ITER_FULL_BATCH, AUTO_MAX_ITER_MINIBATCH, AUTO_MINIBATCH,
+                       KERNEL_CLASSES, KERNELS, LIKELIHOOD_CLASSES, LIKELIHOODS, METHODS, OPTION_GROUPS, config,
+                       likelihood_key, likelihood_name, method_name, optimizer_of, resolve, spec)
 from .sep import LOG_Z_KINDS
 from .train import COMPILE_MODES
 
@@ -364,7 +364,7 @@ def check_params(est) -> dict:
     if est.method in ("rmgpc", "smgpc") and learned["learn_epsilon"]:    # the outlier model
         raise ValueError(f"method={est.method!r} sets epsilon to the posterior mean of rho: leave "
                          "likelihood_params['learn_epsilon'] False")
-    fitted_by = ("ep", "sep") if est.method == "auto" else (est.method,)      # what "auto" resolves to
+    fitted_by = (AUTO_FULL_BATCH, AUTO_MINIBATCH) if est.method == "auto" else (est.method,)
     if learned.get("learn_epsilon") and not any(METHODS[m].epsilon_in_objective for m in fitted_by):
         raise ValueError(f"method={est.method!r} fits the pairwise step factors of scalable-ep eq. 6, whose objective "
                          "does not contain epsilon: learn_epsilon=True would leave it where it starts. Set "
