@@ -453,17 +453,19 @@ class RMGPC(Engine):
     def update(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
                idx: torch.Tensor | None = None, *, geometry=None) -> RMGPCState:
         """Run EP (warm start) at the current hyper-parameters (``model_constants`` gives the ε = E[ρ] it implies)."""
-        self._check_full_batch(state, X, idx)
-        state = RMGPCState(**{**state.__dict__, "X": X.detach(), "y": y.long()})
-        return self.run(F.fitc_prior(model, X), state)
+        return self._run_on(model, state, X, y, idx, self.max_sweeps)
 
     def settle(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
                idx: torch.Tensor | None = None) -> RMGPCState:
         """EP from ``state``'s sites at the current hyper-parameters, at most ``fitc_ep.SETTLE_SWEEPS`` ×
         ``max_sweeps`` sweeps (``Engine.settle``)."""
+        return self._run_on(model, state, X, y, idx, F.SETTLE_SWEEPS * self.max_sweeps)
+
+    def _run_on(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None,
+                max_sweeps: int) -> RMGPCState:
         self._check_full_batch(state, X, idx)
         state = RMGPCState(**{**state.__dict__, "X": X.detach(), "y": y.long()})
-        return self.run(F.fitc_prior(model, X), state, max_sweeps=F.SETTLE_SWEEPS * self.max_sweeps)
+        return self.run(F.fitc_prior(model, X), state, max_sweeps=max_sweeps)
 
     def loss(self, model: SparseGP, state: RMGPCState, X: torch.Tensor, y: torch.Tensor, n_total: int,
              idx: torch.Tensor | None = None, *, geometry=None) -> torch.Tensor:
