@@ -391,3 +391,44 @@ def test_panels_run_eagerly_inside_torch_compile_once_prepared():
     out = torch._dynamo.explain(lambda m, v: Q._log_largest_panels(m, v, c) + 1.0)(mean, var)
     assert out.op_count == 1                  # the graph holds the addition only (traced, the panels were ~115 ops)
     torch.testing.assert_close(Q._log_largest_panels(mean, var, c), Q._log_largest_panels_eager(mean, var, c))
+
+
+def _log_integrand(t, mean, s, c):
+    """log g(t) = log N(t | m_c, s_c²) + Σ_{k≠c} log Φ((t − m_k)/s_k), for one row, at points t [T] (float64)."""
+    others = [k for k in range(len(mean)) if k != c]
+    return (torch.distributions.Normal(mean[c], s[c]).log_prob(t)
+            + sum(torch.special.log_ndtr((t - mean[k]) / s[k]) for k in others))
+
+
+def test_label_integrand_mode_is_the_mode_with_its_curvature():
+    # brute force: the returned t* maximises log g on a fine grid, σ* is the curvature's (−(log g)'')^(−1/2) by
+    # central differences, and log g(t*) is the integrand's value there
+    g = torch.Generator().manual_seed(3)
+    mean = 3.0 * torch.randn(12, 4, generator=g, dtype=torch.float64)
+    s = torch.exp(1.5 * torch.randn(12, 4, generator=g, dtype=torch.float64))     # ratios up to ~100
+    c = torch.randint(0, 4, (12,), generator=g)
+    t, width, log_g = Q.label_integrand_mode(mean, s, c)
+    for i in range(12):
+        grid = t[i] + width[i] * torch.linspace(-3, 3, 60001, dtype=torch.float64)
+        vals = _log_integrand(grid, mean[i], s[i], int(c[i]))
+        assert abs(float(grid[vals.argmax()] - t[i])) <= 2e-4 * float(width[i])
+        h = 1e-4 * width[i]                # a competitor 100× sharper than σ* bends the integrand on its own scale
+        lo, mid, hi = _log_integrand(torch.stack([t[i] - h, t[i], t[i] + h]), mean[i], s[i], int(c[i]))
+        assert abs(float((-(hi - 2 * mid + lo) / h ** 2).rsqrt() / width[i]) - 1.0) < 1e-3
+        assert abs(float(mid - log_g[i])) < 1e-12
+
+
+def test_label_integrand_mode_of_a_row_does_not_depend_on_the_others():
+    # each row stops after its own first step below the tolerance: a row that needs one Newton step and a row
+    # that needs many give, together, bitwise what each gives alone (a prediction is a function of its row only)
+    g = torch.Generator().manual_seed(5)
+    mean = torch.randn(9, 5, generator=g, dtype=torch.float64)
+    s = torch.exp(torch.randn(9, 5, generator=g, dtype=torch.float64))
+    mean[0], s[0] = torch.tensor([40.0, 0.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 1e-2, 1.0, 1.0, 1.0])  # far tail
+    c = torch.randint(0, 5, (9,), generator=g)
+    c[0] = 1
+    whole = Q.label_integrand_mode(mean, s, c)
+    for i in range(9):
+        alone = Q.label_integrand_mode(mean[i:i + 1], s[i:i + 1], c[i:i + 1])
+        for a, b in zip(alone, whole):
+            assert torch.equal(a[0], b[i])

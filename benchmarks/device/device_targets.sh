@@ -6,6 +6,9 @@
 #      initialisation counted (scalable_ep_mnist.py);
 #   3. predicting 10^5 … 10^7 rows on the GPU: peak GPU memory and RSS (predict_memory.py --device cuda);
 #   4. the fuzzing checks (row independence, sums, seeds, save/load) with every fit on the GPU (fuzz.py).
+# `profile` (the second call): where sgpc's step goes. `panels` (the third call, on an H200): the throughput and MNIST
+# runs again after the panel path stopped synchronising at every Newton step, the compiled step, predicting 10^7
+# rows from a .npy file, and the first SEP step at M = 1 024 under the profiler.
 # Run on the device machine from the repository root, with MNIST copied to .devdata/datasets/mnist; each command
 # is bounded, and the results so far are packed into $OUT after each one, so a cut-off call still returns them.
 # (On 2026-11-28 the MNIST runs were cut at 100 and 120 s before writing their JSON: each test evaluation took
@@ -22,6 +25,21 @@ if [ "$1" = profile ]; then   # the second call: where sgpc's step goes at M = 1
   run 150 python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent \
       --threads 8 --batch 4000 --lr 0.03 --minutes 1 --eval-every 250 --out scalable_ep_mnist_gpu
   run 70 python3 benchmarks/perf/predict_memory.py --device cuda --sizes 10000000 --sources array --out predict_memory_gpu
+  echo "== $(date +%T) done"; exit
+fi
+if [ "$1" = panels ]; then   # the third call (H200): after the panel path stopped waiting for the GPU at every Newton step
+  nvidia-smi -L
+  run 60 python3 -c "import sys; sys.path[:0] = ['benchmarks', 'benchmarks/perf']; import peers_throughput as p; p._inducing(p._data('mnist')[0], 1024)"
+  P="python3 benchmarks/perf/peers_throughput.py --device cuda --budget 6 --sets mnist-1024 --dtype float32"
+  run 100 $P --libs sgpc gpytorch --methods vi --name peers_throughput_gpu_1024_f32_panels
+  E="python3 benchmarks/paper/scalable_ep_mnist.py --device cuda --methods vi --scale unit --z-per-latent --threads 8"
+  # a decaying rate: at a constant 0.03 the NLL rose again after its minimum (0.0718) on the second call
+  run 100 $E --batch 4000 --lr 0.03 --lr-decay 0.99 --minutes 1 --eval-every 250 --out scalable_ep_mnist_gpu_panels
+  run 70 python3 benchmarks/perf/predict_memory.py --device cuda --sizes 10000000 --sources npy --out predict_memory_gpu_npy
+  run 100 $E --batch 4000 --lr 0.05 --lr-decay 0.98 --minutes 1 --eval-every 250 --out scalable_ep_mnist_gpu_panels
+  run 90 $P --libs sgpc --methods vi-compiled --name peers_throughput_gpu_1024_f32_compiled
+  run 25 python3 benchmarks/perf/gpu_profile.py --device cuda --methods sep --dtypes float32 --m 1024 --b 4096 \
+      --steps 1 --warmup 0 --out gpu_profile_gpu_1024_sep_first
   echo "== $(date +%T) done"; exit
 fi
 nvidia-smi -L; python3 -c "import torch, gpytorch; print('torch', torch.__version__, 'gpytorch', gpytorch.__version__)"

@@ -181,6 +181,7 @@ def ndtr(x: torch.Tensor) -> torch.Tensor:
 # apart −503.5 for −404.3. Such pairs go to the panels, whose edges follow the integrand itself too.
 _TAIL_LOG_P = -20.0
 _MODE_STEPS = 30
+_MODE_CHECK = 5
 # the panels reach as far as the integrand's density can be e^-_CUT of its peak's (g ≤ N(t | m_c, v_c)
 # bounds where that is), with edges at these fractions of the way from the mode to either end
 _CUT = 40.0
@@ -192,7 +193,9 @@ def label_integrand_mode(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor, t
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The mode t* of the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of P(f_c largest), for
     rows mean/s (standard deviations) [H,C] and classes c [H]: (t*, σ* = (−(log g)''(t*))^(−1/2), log g(t*)),
-    each [H]. Newton stops once every step is below ``tol``·σ* (30 steps at most).
+    each [H]. A row's Newton iteration stops after its first step below ``tol``·σ* (30 steps at most), so
+    each row's result depends on that row alone, whatever else is in the batch. Whether every row has
+    stopped is asked every ``_MODE_CHECK`` steps: on a GPU each question waits for the device.
 
     With u_k = (t − m_k)/s_k and the inverse Mills ratio λ_k = φ(u_k)/Φ(u_k):
         (log g)'  = −(t − m_c)/s_c² + Σ_k λ_k / s_k,
@@ -218,19 +221,22 @@ def label_integrand_mode(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor, t
         return log_g, d1, d2
 
     t = m_c.clone()
-    for _ in range(_MODE_STEPS):
+    moving = torch.ones_like(t, dtype=torch.bool)
+    for i in range(_MODE_STEPS):
         _, d1, d2 = log_g_and_derivatives(t)
         step = -d1 / d2
-        step = torch.where(torch.isfinite(step), step, torch.zeros_like(step))
+        step = torch.where(torch.isfinite(step) & moving, step, torch.zeros_like(step))
         t = t + step
-        if not bool((step.abs() > tol * (-d2).rsqrt()).any()):
+        moving = moving & (step.abs() > tol * (-d2).rsqrt())
+        if (i + 1) % _MODE_CHECK == 0 and not bool(moving.any()):
             break
     log_g, _, d2 = log_g_and_derivatives(t)
     return t, (-d2).rsqrt(), log_g
 
 
 @torch.no_grad()
-def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor,
+                     mode: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Panel edges [H,E] that follow the integrand g(t) = N(t | m_c, s_c²) Π_{k≠c} Φ((t − m_k)/s_k) of
     P(f_c largest) itself, for rows mean/s [H,C] and classes c [H]: around its mode t*, at t* + a·σ*
     (a in ``_PANEL_EDGES``; ``label_integrand_mode``), and fanned out from t* to where g ≤ g(t*)·e^−_CUT
@@ -239,8 +245,10 @@ def _integrand_edges(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor) -> to
     The fan matters where g is far from Gaussian: beside a competitor much sharper than class c, g rises
     steeply at the competitor's mean and then decays at class c's own, much slower, rate (at s_k = 0.01 s_c,
     6.5 s_c above m_c, a quarter of the mass lay beyond the edges t* + 6σ*).
+
+    ``mode`` is ``label_integrand_mode(mean, s, c)``, found once for all the rows before they are chunked.
     """
-    t, width, log_g = label_integrand_mode(mean, s, c)
+    t, width, log_g = mode
     m_c, s_c = mean.gather(1, c[:, None])[:, 0], s.gather(1, c[:, None])[:, 0]
     reach = s_c * (2.0 * (-s_c.log() - 0.5 * math.log(2.0 * math.pi) - log_g + _CUT).clamp_min(0.0)).sqrt()
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
@@ -282,7 +290,7 @@ def _log_largest_panels_eager(mean: torch.Tensor, var: torch.Tensor, c: torch.Te
     with ``linear``, P itself from Φ and a product (as ``prob_label_largest``: ~10× cheaper, P < ~1e-308
     underflows to 0).
 
-    Its [H,T,C] array has T ≈ (7·C + 19)·6 nodes per row: rows go in chunks of at most ``_CHUNK_ELEMENTS``.
+    Its [H,T,C] array has T ≈ (7·C + 19)·6 nodes per row: rows go in chunks of at most ``_chunk_elements``.
 
     The panels' edges are the union of m_k + a·√v_k over all classes k (a in ``_PANEL_EDGES``) and of edges
     that follow the integrand itself (``_integrand_edges``: around its mode, and out to where its density
@@ -292,13 +300,23 @@ def _log_largest_panels_eager(mean: torch.Tensor, var: torch.Tensor, c: torch.Te
     """
     tiny = torch.finfo(mean.dtype).tiny
     H, C = mean.shape
-    rows = max(1, _CHUNK_ELEMENTS // ((len(_PANEL_EDGES) * (C + 1) + 2 * len(_FAN) - 1) * _PANEL_NODES * C))
-    if H > rows:
-        return torch.cat([_log_largest_panels_eager(mean[a:a + rows], var[a:a + rows], c[a:a + rows], linear)
-                          for a in range(0, H, rows)])
     s = var.clamp_min(tiny).sqrt()
+    mode = label_integrand_mode(mean, s, c)
+    rows = max(1, _chunk_elements(mean.device)
+               // ((len(_PANEL_EDGES) * (C + 1) + 2 * len(_FAN) - 1) * _PANEL_NODES * C))
+    if H <= rows:
+        return _panels(mean, s, c, mode, linear)
+    return torch.cat([_panels(mean[a:a + rows], s[a:a + rows], c[a:a + rows], tuple(m[a:a + rows] for m in mode),
+                              linear) for a in range(0, H, rows)])
+
+
+def _panels(mean: torch.Tensor, s: torch.Tensor, c: torch.Tensor,
+            mode: tuple[torch.Tensor, torch.Tensor, torch.Tensor], linear: bool) -> torch.Tensor:
+    """One chunk of ``_log_largest_panels_eager``: rows mean/s (standard deviations) [H,C], classes c [H] and
+    the integrand's ``mode`` there (``label_integrand_mode``)."""
+    H, C = mean.shape
     a = torch.as_tensor(_PANEL_EDGES, dtype=mean.dtype, device=mean.device)
-    edges = torch.cat([(mean[:, :, None] + s[:, :, None] * a).reshape(H, -1), _integrand_edges(mean, s, c)], 1)
+    edges = torch.cat([(mean[:, :, None] + s[:, :, None] * a).reshape(H, -1), _integrand_edges(mean, s, c, mode)], 1)
     t, half, w = _panel_nodes(edges.sort(-1).values)                               # [H,T]
     log_density = _log_normal(t, mean.gather(1, c[:, None]), s.gather(1, c[:, None]))
     is_self = (c[:, None] == torch.arange(C, device=mean.device))[:, None, :]
@@ -351,6 +369,14 @@ def _hard(var: torch.Tensor, cls: torch.Tensor, ratio: float) -> torch.Tensor:
 # and panel pairs are processed in chunks of at most this size, so memory does not grow like N·C²·J
 # (10-class prediction on 4 096 rows: 26M elements, 200 MB per float64 temporary, before chunking; now 8 MB)
 _CHUNK_ELEMENTS = 1 << 20
+# on a GPU, chunks 16× larger: each chunk costs a few dozen kernel launches and host round trips (``bool(hard.any())``,
+# ``nonzero``), and a GPU's memory holds 16M-element temporaries easily
+_DEVICE_CHUNK_FACTOR = 16
+
+
+def _chunk_elements(device: torch.device) -> int:
+    """The largest intermediate array's size in elements, per chunk of rows, on ``device``."""
+    return _CHUNK_ELEMENTS if device.type == "cpu" else _CHUNK_ELEMENTS * _DEVICE_CHUNK_FACTOR
 
 
 def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_points: int,
@@ -359,7 +385,7 @@ def _log_largest(mean: torch.Tensor, var: torch.Tensor, cls: torch.Tensor, n_poi
     composite panels (``_log_largest_panels``) for pairs whose variance ratio makes that inaccurate or whose
     P is below e^_TAIL_LOG_P (the integrand's mass beyond the nodes' reach)."""
     (N, C), K = mean.shape, cls.shape[1]
-    rows = max(1, _CHUNK_ELEMENTS // (K * n_points * C))
+    rows = max(1, _chunk_elements(mean.device) // (K * n_points * C))
     if N > rows:
         return torch.cat([_log_largest(mean[a:a + rows], var[a:a + rows], cls[a:a + rows], n_points, panel_ratio)
                           for a in range(0, N, rows)])
@@ -409,7 +435,7 @@ def prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 64, floo
     2 000 of the 17 000 pairs that needed panels; linear space is most of the saving, docs/design-notes.md).
     """
     N, C = mean.shape
-    rows = max(1, _CHUNK_ELEMENTS // (C * n_points * C))
+    rows = max(1, _chunk_elements(mean.device) // (C * n_points * C))
     if N > rows:
         return torch.cat([prob_largest(mean[a:a + rows], var[a:a + rows], n_points, floor)
                           for a in range(0, N, rows)])
