@@ -8,7 +8,8 @@
 #   4. the fuzzing checks (row independence, sums, seeds, save/load) with every fit on the GPU (fuzz.py).
 # `profile` (the second call): where sgpc's step goes. `panels` (the third call, on an H200): the throughput and MNIST
 # runs again after the panel path stopped synchronising at every Newton step, the compiled step, predicting 10^7
-# rows from a .npy file, and the first SEP step at M = 1 024 under the profiler.
+# rows from a .npy file, and the first SEP step at M = 1 024 under the profiler. `time` (the fourth call):
+# time_to_target.py with sgpc and GPyTorch on the GPU.
 # Run on the device machine from the repository root, with MNIST copied to .devdata/datasets/mnist; each command
 # is bounded, and the results so far are packed into $OUT after each one, so a cut-off call still returns them.
 # (On 2026-11-28 the MNIST runs were cut at 100 and 120 s before writing their JSON: each test evaluation took
@@ -40,6 +41,13 @@ if [ "$1" = panels ]; then   # the third call (H200): after the panel path stopp
   run 90 $P --libs sgpc --methods vi-compiled --name peers_throughput_gpu_1024_f32_compiled
   run 25 python3 benchmarks/perf/gpu_profile.py --device cuda --methods sep --dtypes float32 --m 1024 --b 4096 \
       --steps 1 --warmup 0 --out gpu_profile_gpu_1024_sep_first
+  echo "== $(date +%T) done"; exit
+fi
+if [ "$1" = time ]; then   # the fourth call (H200): time to a target NLL on the GPU, sgpc against GPyTorch, float32
+  T="python3 benchmarks/perf/time_to_target.py --device cuda --dtype float32 --threads 8 --name time_to_target_gpu
+     --runs sgpc-sep sgpc-vi gpytorch-adam gpytorch-ngd"
+  run 240 $T --sets mnist-200 --budget 30 --eval-every 250
+  run 110 $T --sets satimage-100 --budget 15 --eval-every 50
   echo "== $(date +%T) done"; exit
 fi
 nvidia-smi -L; python3 -c "import torch, gpytorch; print('torch', torch.__version__, 'gpytorch', gpytorch.__version__)"

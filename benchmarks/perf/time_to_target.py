@@ -1,7 +1,7 @@
 """Time to a target test NLL: sgpc against the SVGP recipes of GPflow and GPyTorch (issue 41).
 
 One script, one run, nothing else running. Every run trains for --budget seconds of wall clock in a fresh
-process, one thread, float64, and records the test NLL and error every --eval-every steps (the evaluation is
+process, one thread (--threads), float64 (--dtype), on the CPU (--device), and records the test NLL and error every --eval-every steps (the evaluation is
 not training time; the clock stops during it). The clock starts when the fit is called: initialisation —
 k-means of the inducing inputs, length-scale heuristics, building the model, GPflow's tracing of its step —
 counts.
@@ -41,6 +41,8 @@ What it reports (``results/<--name>.jsonl``, and the Markdown of --report):
   - with --figure, the test NLL against time per set (matplotlib).
 
     python benchmarks/perf/time_to_target.py --sets satimage-100 --budget 60 --eval-every 10
+    python benchmarks/perf/time_to_target.py --device cuda --threads 8 --sets mnist-200 --budget 40 --eval-every 200 \
+        --runs sgpc-sep sgpc-vi gpytorch-adam gpytorch-ngd --name time_to_target_gpu     # sgpc and GPyTorch on a GPU
     python benchmarks/perf/time_to_target.py --report results/time_to_target.jsonl
 """
 from __future__ import annotations
@@ -99,13 +101,13 @@ class Clock:
         self.paused += time.perf_counter() - t_eval
 
 
-def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every):
+def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64"):
     from sgpc import GPClassifier, fitting
     base = run.removeprefix("sgpc-")
     shared = base.endswith("-shared")
     method = base.removesuffix("-shared").removesuffix("-natgrad")
     est = GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
-                       dtype="float64", inducing_params={"shared": shared} if shared else None,
+                       device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
                        kernel_params={"shared_kernel": True} if shared else None,
                        method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
     marks, train_settings = {}, fitting.train_settings
@@ -122,15 +124,16 @@ def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every):
     return trace, {"init_s": marks["init_s"], "steps": est.n_iter_}
 
 
-def run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every):
+def run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device="cpu", dtype="float64"):
     import numpy as np
     import torch
     import gpytorch
     clock = Clock()
-    Z = torch.as_tensor(_kmeans(X, M)).expand(C, M, X.shape[1]).clone()
+    tdt = getattr(torch, dtype)
+    Z = torch.as_tensor(_kmeans(X, M), dtype=tdt).expand(C, M, X.shape[1]).clone()
     natural = run.endswith("-ngd")
-    model = gpytorch_svgp(Z, natural=natural).double()
-    lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).double()
+    model = gpytorch_svgp(Z, natural=natural).to(device, tdt)
+    lik = gpytorch.likelihoods.SoftmaxLikelihood(num_features=C, num_classes=C, mixing_weights=False).to(device, tdt)
     mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(y))
     variational = list(model.variational_parameters())
     ids = {id(p) for p in variational}
@@ -138,7 +141,7 @@ def run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every):
     optimizers = ([gpytorch.optim.NGD(variational, num_data=len(y), lr=NATGRAD_GAMMA),
                    torch.optim.Adam(hyper, lr=LEARNING_RATE)] if natural
                   else [torch.optim.Adam(hyper + variational, lr=LEARNING_RATE)])
-    Xs, ys = torch.as_tensor(X), torch.as_tensor(y)
+    Xs, ys = torch.as_tensor(X, dtype=tdt, device=device), torch.as_tensor(y, device=device)
     g = torch.Generator().manual_seed(0)
 
     def predict_log_proba(A):
@@ -149,22 +152,22 @@ def run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every):
         out, draws = [], torch.Generator().manual_seed(1)
         with torch.no_grad():
             for a in range(0, len(A), 2048):
-                f = model(torch.as_tensor(A[a:a + 2048]))
+                f = model(torch.as_tensor(A[a:a + 2048], dtype=tdt, device=device))
                 mean, sd = f.mean, f.variance.clamp_min(0).sqrt()
-                eps = torch.randn((256, *mean.shape), generator=draws, dtype=mean.dtype)
-                out.append(torch.softmax(mean + sd * eps, -1).mean(0).log().numpy())
+                eps = torch.randn((256, *mean.shape), generator=draws, dtype=mean.dtype).to(device)
+                out.append(torch.softmax(mean + sd * eps, -1).mean(0).log().double().cpu().numpy())
         model.train(), lik.train()
         return np.concatenate(out)
 
     def step_fn():
-        idx = torch.randint(0, len(ys), (B,), generator=g)
+        idx = torch.randint(0, len(ys), (B,), generator=g).to(device)
         for opt in optimizers:
             opt.zero_grad()
         loss = -mll(model(Xs[idx]), ys[idx])
         loss.backward()
         for opt in optimizers:
             opt.step()
-        if not torch.isfinite(loss):
+        if not torch.isfinite(loss):          # on a GPU this waits for the step, so the clock includes its work
             raise FloatingPointError(f"the loss became {float(loss)}")
 
     model.train(), lik.train()
@@ -233,20 +236,24 @@ def run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every):
     return _loop(clock, draw_and_step, budget, eval_every, predict_log_proba, Xt, yt)
 
 
-def child(setname: str, run: str, budget: float, eval_every: int) -> dict:
+def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
+          threads: int = 1) -> dict:
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     name, M, B = SETS[setname]
     X, y, Xt, yt, C = _data(name)
     load = os.getloadavg()
     if run.startswith("sgpc-"):
-        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every)
+        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype)
     elif run.startswith("gpytorch-"):
-        trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every)
+        trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device, dtype)
     else:
+        if device != "cpu" or dtype != "float64":
+            raise ValueError("the GPflow runs are CPU/float64 only here")
         trace, extra = run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every)
     return {"set": setname, "run": run, "N": len(y), "N_test": len(yt), "D": X.shape[1], "C": C, "M": M, "B": B,
-            "budget_s": budget, "eval_every": eval_every, "trace": trace, **extra,
+            "budget_s": budget, "eval_every": eval_every, "device": device, "dtype": dtype, "threads": threads,
+            "trace": trace, **extra,
             "loadavg_before": load, "loadavg_after": os.getloadavg()}
 
 
@@ -358,6 +365,9 @@ def main(argv=None):
     p.add_argument("--eval-every", type=int, default=10, help="steps between test evaluations")
     p.add_argument("--gamma", type=float, default=NATGRAD_GAMMA,
                    help="the natural-gradient step of every natgrad/NGD run (default %(default)s)")
+    p.add_argument("--device", default="cpu", help='"cpu" or "cuda": sgpc and GPyTorch (GPflow runs on the CPU only)')
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="sgpc's and GPyTorch's")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per run (torch, OpenMP, MKL)")
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter of the runs (one with the peers installed: pip install sgpc[bench])")
     p.add_argument("--name", default="time_to_target")
@@ -367,7 +377,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.child:
         globals()["NATGRAD_GAMMA"] = args.gamma
-        print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every)))
+        print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every, args.device, args.dtype,
+                               args.threads)))
         return
     if args.report:
         # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
@@ -380,8 +391,12 @@ def main(argv=None):
     from _common import write
     skipped = {lib: "not installed (pip install sgpc[bench])" for lib in ("gpflow", "gpytorch")
                if any(r.startswith(lib) for r in args.runs) and not _installed(lib, args.python)}
+    if args.device != "cpu" or args.dtype != "float64":
+        skipped.update({"gpflow": "CPU/float64 only in this script"} if any(r.startswith("gpflow") for r in args.runs)
+                       else {})
     runs = []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+           "TF_CPP_MIN_LOG_LEVEL": "2",
            "TF_USE_LEGACY_KERAS": "1",     # GPflow 2 needs Keras 2 optimisers (tf-keras) on TensorFlow >= 2.16
            "PYTHONPATH": os.pathsep.join([str(HERE.parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
     for s in args.sets:
@@ -389,7 +404,8 @@ def main(argv=None):
             if run.split("-")[0] in skipped:
                 continue
             cmd = [args.python, __file__, "--child", s, run, "--budget", str(args.budget),
-                   "--eval-every", str(args.eval_every), "--gamma", str(args.gamma)]
+                   "--eval-every", str(args.eval_every), "--gamma", str(args.gamma), "--device", args.device,
+                   "--dtype", args.dtype, "--threads", str(args.threads)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
                 runs.append({"set": s, "run": run, "error": r.stderr[-3000:]})
