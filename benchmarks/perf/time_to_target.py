@@ -341,13 +341,16 @@ def figure(runs: list, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
     sets = list(dict.fromkeys(r["set"] for r in runs))
+    colour = {run: f"C{i}" for i, run in enumerate(RUNS)}          # one colour per run in every panel
     fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
     for ax, s in zip(axes[0], sets):
-        for r in (r for r in runs if r["set"] == s and "trace" in r):
+        for r in (r for r in runs if r["set"] == s and r.get("trace")):
             ax.plot([p["time"] for p in r["trace"]], [p["nll"] for p in r["trace"]], label=r["run"],
-                    linestyle="-" if r["run"].startswith("sgpc-") else "--")
+                    color=colour.get(r["run"]), linestyle="-" if r["run"].startswith("sgpc-") else "--")
         ax.set(xscale="log", xlabel="training time incl. initialisation (s)", ylabel="test NLL", title=s)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
