@@ -607,10 +607,10 @@ def test_dtype_auto_picks_float32_only_where_the_step_is_large_and_the_inputs_fi
     assert GPClassifier(n_inducing=100, max_iter=1, tol=None, dtype="float64", random_state=0).fit(X, y).dtype_ == "float64"
     # methods not measured in float32 keep float64 under "auto" (registry.Method.auto_float32)
     assert GPClassifier(method="vi", n_inducing=100, max_iter=1, tol=None, random_state=0).fit(X, y).dtype_ == "float64"
-    # sep was measured in float32 with minibatches only: float32 there, float64 on the full batch
+    # sep was measured in float32 with minibatches and on the full batch
     sep = dict(method="sep", n_inducing=100, max_iter=1, tol=None, random_state=0)
     assert GPClassifier(batch_size=256, **sep).fit(X, y).dtype_ == "float32"
-    assert GPClassifier(batch_size=None, **sep).fit(X, y).dtype_ == "float64"
+    assert GPClassifier(batch_size=None, **sep).fit(X, y).dtype_ == "float32"
     assert GPClassifier(batch_size=256, **sep).fit(X[:999], y[:999]).dtype_ == "float64"      # below the work
     # predictions are float64 arrays either way, and rows too large for the fitted float32 model are named
     P = big.predict_proba(X[:5])

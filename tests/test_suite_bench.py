@@ -169,12 +169,29 @@ def test_report_from_a_fake_file(tmp_path):
     assert "| small | 150 | 4 | 3 | **0.300** | **0.300** | 0.400 |  |" in text     # a tie: both best
     assert "| mid | 2000 | 4 | 3 | 0.450 | 0.500 | **0.200** | skip |" in text     # sklearn-gpc skipped
     assert "sgpc-default 1/2" in text          # small passes; mid: error 0.045 > best 0.020 + 0.02
+    # a candidate of our own outranks everything; the issue's ranks leave it out: default (1.5 + 2) / 2,
+    # logreg (1.5 + 3) / 2, hgb (3 + 1) / 2
+    cand = [{**r, "column": "cand", "config": {"family": "sgpc", "kwargs": {"x": 1}, "max_train": None},
+             "nll": r["nll"] / 10} for r in recs if r["column"] == "sgpc-default"]
+    ranked = suite.report(recs + cand)
+    issue_row = next(line for line in ranked.splitlines() if line.startswith("| every set, among the default"))
+    assert issue_row.endswith("| 1.75 (2) | 2.25 (2) | 2.00 (2) |  |")
+    assert "among the default" not in text      # no candidate: the plain rows say it all
     doc = tmp_path / "suite.md"
     doc.write_text(f"# title\n\nintro\n\n{suite.MARK_BEGIN}\nold\n{suite.MARK_END}\n\ntail\n")
     suite.write_report(text, doc)
     body = doc.read_text()
     assert body.startswith("# title\n\nintro\n\n") and body.endswith("\n\ntail\n") and "old" not in body
     assert text.strip() in body
+    # another results file reports between its own markers on the same page, leaving the first report alone
+    begin, end = suite.markers(tmp_path / "suite-full.jsonl")
+    assert (begin, end) == ("<!-- suite-report:suite-full:begin -->", "<!-- suite-report:suite-full:end -->")
+    assert suite.markers(tmp_path / "suite.jsonl") == (suite.MARK_BEGIN, suite.MARK_END)
+    suite.write_report("second", doc, (begin, end))
+    body2 = doc.read_text()
+    assert body2.startswith(body.rstrip()) and body2.rstrip().endswith(f"{begin}\nsecond\n{end}")
+    suite.write_report("third", doc, (begin, end))
+    assert "second" not in doc.read_text() and text.strip() in doc.read_text()
 
 
 # -- end to end ----------------------------------------------------------------------------------------

@@ -62,6 +62,15 @@ DEFAULT_OUT = ROOT / "results" / "suite.jsonl"
 DEFAULT_DOC = ROOT / "docs" / "suite.md"
 MARK_BEGIN, MARK_END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"
 
+
+def markers(out: Path) -> tuple[str, str]:
+    """The markers between which the report of results file ``out`` goes: ``MARK_BEGIN``/``MARK_END`` for
+    results/suite.jsonl, else ones named by the file's stem, so that one page can show several runs."""
+    stem = Path(out).stem
+    if stem == DEFAULT_OUT.stem:
+        return MARK_BEGIN, MARK_END
+    return f"<!-- suite-report:{stem}:begin -->", f"<!-- suite-report:{stem}:end -->"
+
 TEST_FRACTION = 0.2
 MAX_ROWS = 70_000
 SUBSAMPLE_SEED = 0
@@ -721,13 +730,20 @@ def report(records: list[dict]) -> str:
     ran = [c for c in cols if any(c in row for row in means["nll"].values())]
     every = mean_ranks(means["nll"], ran)
     anyset = mean_ranks(means["nll"])
+    # the issue's columns: the default against what people use instead, without our own candidate configurations
+    issue = [c for c in ran if c == "sgpc-default" or family.get(c) in ("baseline", "peer")]
+    among = mean_ranks({s: {c: v for c, v in row.items() if c in issue} for s, row in means["nll"].items()})
     n_common = max((n for _, n in every.values()), default=0)
     lines += ["### Mean NLL rank (1 = best; ties share the mean rank)", "",
               "| | " + " | ".join(ran) + " |", "|---|" + "---:|" * len(ran) + "",
               f"| the {n_common} sets where every column ran | "
               + " | ".join(_fmt(every[c][0], 2) if c in every else "" for c in ran) + " |",
               "| every set, among the columns that ran on it (sets) | "
-              + " | ".join(f"{anyset[c][0]:.2f} ({anyset[c][1]})" for c in ran) + " |", ""]
+              + " | ".join(f"{anyset[c][0]:.2f} ({anyset[c][1]})" for c in ran) + " |"]
+    if len(issue) < len(ran):
+        lines.append("| every set, among the default, baselines and peers that ran on it (sets) | "
+                     + " | ".join(f"{among[c][0]:.2f} ({among[c][1]})" if c in among else "" for c in ran) + " |")
+    lines.append("")
 
     ours = "sgpc-default"
     if ours in ran:
@@ -781,14 +797,16 @@ def report(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_report(text: str, path: Path) -> None:
-    """Put the report between the markers of ``path`` (created, or the markers appended, when missing)."""
+def write_report(text: str, path: Path, marks: tuple[str, str] = (MARK_BEGIN, MARK_END)) -> None:
+    """Put the report between the markers ``marks`` of ``path`` (created, or the markers appended, when
+    missing)."""
     path = Path(path)
+    begin, end = marks
     body = path.read_text() if path.is_file() else "# Real-data benchmark suite\n\n"
-    block = f"{MARK_BEGIN}\n{text.rstrip()}\n{MARK_END}"
-    if MARK_BEGIN in body and MARK_END in body:
-        head, rest = body.split(MARK_BEGIN, 1)
-        body = head + block + rest.split(MARK_END, 1)[1]
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    if begin in body and end in body:
+        head, rest = body.split(begin, 1)
+        body = head + block + rest.split(end, 1)[1]
     else:
         body = body.rstrip() + "\n\n" + block + "\n"
     path.write_text(body)
@@ -811,7 +829,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help='an extra GPClassifier configuration, e.g. "sep=method=sep"; repeatable')
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON lines file (default results/suite.jsonl)")
     p.add_argument("--report", nargs="?", const=str(DEFAULT_DOC), default=None, metavar="PATH",
-                   help="write the Markdown report from --out instead of running (default docs/suite.md; - = stdout)")
+                   help="write the Markdown report from --out instead of running (default docs/suite.md, between "
+                        "markers named by --out's stem; - = stdout)")
     p.add_argument("--threads", type=int, default=1, help="torch and OpenMP/BLAS threads (default 1)")
     p.add_argument("--timeout-per-fit", type=float, default=None, help="seconds; a longer fit is recorded as timeout")
     return p.parse_args(argv)
@@ -841,7 +860,7 @@ def main(argv=None) -> int:
         if args.report == "-":
             print(text)
         else:
-            write_report(text, Path(args.report))
+            write_report(text, Path(args.report), markers(args.out))
             print(f"wrote {args.report}")
         return 0
     columns = select_columns(args.columns, args.sgpc)

@@ -89,9 +89,9 @@ class Method:
             ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam"),
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
-        auto_float32: where ``dtype="auto"`` may pick float32 for it on a large enough problem
-            (``fitting.resolve_dtype``): "always" ("ep", measured in full-batch fits), "minibatch" ("sep", measured
-            on the suite's minibatch sets), None (float64: not measured).
+        auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
+            (``fitting.resolve_dtype``): "ep" (measured in full-batch fits) and "sep" (measured with minibatches
+            and on the full batch); the others keep float64 (not measured).
         epsilon_in_objective: whether the robust-max ε enters what the fit optimises. Not for "ep", "sep" and "gfitc":
             their factors are the pairwise step functions of scalable-ep eq. 6 (ε enters the predictions only), so
             ``learn_epsilon`` would leave ε where it started (``validation`` refuses it).
@@ -114,7 +114,7 @@ class Method:
     optimizer: str = "adam"
     prior_scale: float | None = None
     tol: float = 1e-4
-    auto_float32: str | None = None
+    auto_float32: bool = False
     epsilon_in_objective: bool = True
 
     @property
@@ -137,11 +137,11 @@ METHODS: dict[str, Method] = {
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
-                 binary_likelihoods=_EP_BINARY, auto_float32="always", epsilon_in_objective=False, **_EP_FIT),
+                 binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False, **_EP_FIT),
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
-                  binary_likelihoods=_EP_BINARY, auto_float32="minibatch", epsilon_in_objective=False),
+                  binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False),
     "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
                     _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
