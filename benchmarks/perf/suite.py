@@ -22,7 +22,7 @@ Protocol (one record per set, split and column):
 Output: one JSON line per fit appended to ``--out``. A rerun skips every (set, split, column) already
 there with status "ok", "skipped" or "timeout"; "error" and "unavailable" (data or library absent)
 are tried again. ``--report`` reads the file and writes the Markdown summary (docs/suite.md between
-its markers, or stdout with ``--report -``).
+the markers named by the file's stem, `markers`; or stdout with ``--report -``).
 
     python benchmarks/perf/suite.py                                # the full suite, all columns
     python benchmarks/perf/suite.py --sgpc "sep=method=sep" --columns sgpc-default,sep,logreg

@@ -164,13 +164,13 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 1024 rows "
-           "(Adam at 0.03 unless --learning-rate is given) once rows × classes × inducing points × (inducing "
+           "(Adam at 0.05 unless --learning-rate is given) once rows × classes × inducing points × (inducing "
            "points + features) reach 1e9 (default: %(default)s)", dict(type=_batch, metavar="B")),
     Option("--optimizer", "optimizer", "(default: the method's: rprop for gfitc, rmgpc, smgpc and a full-batch ep "
            "fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep, gfitc, "
-           "rmgpc and smgpc, 0.01 for the others; 0.03 for --batch-size auto's minibatches)",
+           "rmgpc and smgpc, 0.01 for the others; 0.05 for --batch-size auto's minibatches)",
            dict(type=float, metavar="LR")),
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),

@@ -112,14 +112,14 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.Method.optimizer``: "rprop" for "gfitc", "rmgpc", "smgpc" and a full-batch "ep" fit;
             "adam" for the others and for minibatches). learning_rate: step size (Rprop: the initial one); None:
             the method's default (``registry.Method.learning_rate``: 0.05 for "ep", "gfitc", "rmgpc" and "smgpc",
-            0.01 for the others), and 0.03 in the minibatches that batch_size="auto" chooses
+            0.01 for the others), and 0.05 in the minibatches that batch_size="auto" chooses
             (``fitting.AUTO_MINIBATCH_LEARNING_RATE``).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: the ceiling on optimiser steps; "auto" (default): 500 on the full batch, 2000 with minibatches
             (``registry.max_iter_of``). n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch; "auto" (default): minibatches of 1 024 rows, with Adam at
-            0.03 unless learning_rate is given (``fitting.AUTO_MINIBATCH_LEARNING_RATE``), when a
+            0.05 unless learning_rate is given (``fitting.AUTO_MINIBATCH_LEARNING_RATE``), when a
             full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
             the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
             fit there took about a minute to converge; docs/design-notes.md); a streamed fit always uses
