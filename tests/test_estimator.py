@@ -607,6 +607,11 @@ def test_dtype_auto_picks_float32_only_where_the_step_is_large_and_the_inputs_fi
     assert GPClassifier(n_inducing=100, max_iter=1, tol=None, dtype="float64", random_state=0).fit(X, y).dtype_ == "float64"
     # methods not measured in float32 keep float64 under "auto" (registry.Method.auto_float32)
     assert GPClassifier(method="vi", n_inducing=100, max_iter=1, tol=None, random_state=0).fit(X, y).dtype_ == "float64"
+    assert GPClassifier(method="arpep", n_inducing=100, max_iter=1, tol=None, random_state=0).fit(X, y).dtype_ == "float64"
+    # pep and apep were measured in float32 on the full batch
+    for method in ("pep", "apep"):
+        fitted = GPClassifier(method=method, n_inducing=100, max_iter=1, tol=None, random_state=0).fit(X, y)
+        assert fitted.dtype_ == "float32" and fitted.model_.Z.dtype == torch.float32
     # sep was measured in float32 with minibatches and on the full batch
     sep = dict(method="sep", n_inducing=100, max_iter=1, tol=None, random_state=0)
     assert GPClassifier(batch_size=256, **sep).fit(X, y).dtype_ == "float32"

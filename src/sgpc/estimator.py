@@ -126,11 +126,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             minibatches. The fitted ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the
             full batch unless given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
-        dtype: "auto" (default), "float64" or "float32". "auto": for methods "ep" and "sep" (so for the default),
-            float32 when rows × classes × inducing points reach 400 000 (``fitting.AUTO_FLOAT32_WORK``; there a
-            step's [L,N,M] products dominate, and float32 took 1.4–1.5× less time for full-batch "ep", 1.2–1.6× less
-            for minibatch "sep" and 1.2–1.8× less for full-batch "sep" with the same test NLL,
-            docs/design-notes.md), float64 otherwise, for the other methods (not yet measured in float32), for
+        dtype: "auto" (default), "float64" or "float32". "auto": for methods "ep", "sep" (so for the default),
+            "pep" and "apep", float32 when rows × classes × inducing points reach 400 000
+            (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate, and float32 took 1.4–1.5× less
+            time for full-batch "ep", 1.2–1.6× less for minibatch "sep", 1.2–1.8× less for full-batch "sep" and
+            1.1–1.6× less for "pep" and "apep" with the same test NLL, docs/design-notes.md), float64 otherwise, for the other methods (not yet measured in float32), for
             inputs beyond 1e18 in magnitude, and for streamed fits; ``dtype_`` says which. Moment matching runs in
             float64 either way. device: "cpu", "cuda", ...
         verbose: 0 silent, 1 progress bar and a summary.

@@ -90,8 +90,9 @@ class Method:
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
         auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
-            (``fitting.resolve_dtype``): "ep" (measured in full-batch fits) and "sep" (measured with minibatches
-            and on the full batch); the others keep float64 (not measured).
+            (``fitting.resolve_dtype``): "ep" (measured in full-batch fits), "sep" (measured with minibatches
+            and on the full batch), "pep" and "apep" (measured on the full batch); the others keep float64
+            (not measured, or, for "vi", measured and slower on the CPU).
         epsilon_in_objective: whether the robust-max ε enters what the fit optimises. Not for "ep", "sep" and "gfitc":
             their factors are the pairwise step functions of scalable-ep eq. 6 (ε enters the predictions only), so
             ``learn_epsilon`` would leave ε where it started (``validation`` refuses it).
@@ -150,9 +151,10 @@ METHODS: dict[str, Method] = {
     "pep": Method(EP, lambda o, p: {"alpha": o["alpha"], "factor": "likelihood", "damping": o["damping"]},
                   _takes(METHOD_OPTIONS, "alpha", "damping"), ("robustmax",), "alpha-divergence GPC §3.1, App. A",
                   "Power EP (alpha in (0, 1]) with rank-one sites on the robust-max likelihood",
-                  binary_likelihoods=_EP_BINARY),
+                  binary_likelihoods=_EP_BINARY, auto_float32=True),
     "apep": Method(APEP, lambda o, p: {"alpha": o["alpha"]}, _takes(METHOD_OPTIONS, "alpha"), ("robustmax",),
-                   "alpha-divergence GPC §3.2", "tied factor optimised by gradient of the Power-EP energy (eq. 8)"),
+                   "alpha-divergence GPC §3.2", "tied factor optimised by gradient of the Power-EP energy (eq. 8)",
+                   auto_float32=True),
     "arpep": Method(VI, lambda o, p: {"alpha": o["alpha"], "natgrad_lr": o["natgrad_lr"]},
                     _takes(METHOD_OPTIONS, "alpha", "natgrad_lr"), ("robustmax",), "alpha-divergence GPC §3.3, eq. 9",
                     "free Gaussian q, (1/α) Σ log E[p^α] − KL"),
