@@ -62,15 +62,6 @@ DEFAULT_OUT = ROOT / "results" / "suite.jsonl"
 DEFAULT_DOC = ROOT / "docs" / "suite.md"
 MARK_BEGIN, MARK_END = "<!-- suite-report:begin -->", "<!-- suite-report:end -->"
 
-
-def markers(out: Path) -> tuple[str, str]:
-    """The markers between which the report of results file ``out`` goes: ``MARK_BEGIN``/``MARK_END`` for
-    results/suite.jsonl, else ones named by the file's stem, so that one page can show several runs."""
-    stem = Path(out).stem
-    if stem == DEFAULT_OUT.stem:
-        return MARK_BEGIN, MARK_END
-    return f"<!-- suite-report:{stem}:begin -->", f"<!-- suite-report:{stem}:end -->"
-
 TEST_FRACTION = 0.2
 MAX_ROWS = 70_000
 SUBSAMPLE_SEED = 0
@@ -795,6 +786,15 @@ def report(records: list[dict]) -> str:
     threads = sorted({str(r.get("meta", {}).get("threads", "?")) for r in latest.values()})
     lines += [f"- commits: {', '.join(commits)}; CPU: {'; '.join(cpus)}; threads: {', '.join(threads)}", ""]
     return "\n".join(lines)
+
+
+def markers(out: Path) -> tuple[str, str]:
+    """The markers between which the report of results file ``out`` goes: ``MARK_BEGIN``/``MARK_END`` for
+    results/suite.jsonl, else ones named by the file's stem, so that one page can show several runs."""
+    stem = Path(out).stem
+    if stem == DEFAULT_OUT.stem:
+        return MARK_BEGIN, MARK_END
+    return f"<!-- suite-report:{stem}:begin -->", f"<!-- suite-report:{stem}:end -->"
 
 
 def write_report(text: str, path: Path, marks: tuple[str, str] = (MARK_BEGIN, MARK_END)) -> None:

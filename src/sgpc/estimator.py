@@ -130,9 +130,10 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             "pep" and "apep", float32 when rows × classes × inducing points reach 400 000
             (``fitting.AUTO_FLOAT32_WORK``; there a step's [L,N,M] products dominate, and float32 took 1.4–1.5× less
             time for full-batch "ep", 1.2–1.6× less for minibatch "sep", 1.2–1.8× less for full-batch "sep" and
-            1.1–1.6× less for "pep" and "apep" with the same test NLL, docs/design-notes.md), float64 otherwise, for the other methods (not yet measured in float32), for
-            inputs beyond 1e18 in magnitude, and for streamed fits; ``dtype_`` says which. Moment matching runs in
-            float64 either way. device: "cpu", "cuda", ...
+            1.1–1.6× less for "pep" and "apep" with the same test NLL, docs/design-notes.md), float64 otherwise,
+            for the other methods (not measured in float32, or slower in it), for inputs beyond 1e18 in magnitude,
+            and for streamed fits; ``dtype_`` says which. Moment matching runs in float64 either way. device:
+            "cpu", "cuda", ...
         verbose: 0 silent, 1 progress bar and a summary.
         feature_extractor: optional ``torch.nn.Module`` mapping X [N,D] to features [N,D'] (hybrid model,
             multiclass-bayesian-svm §3.4; free-Gaussian methods). ``fit`` trains a copy jointly with the GP (the
