@@ -90,9 +90,8 @@ class Method:
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
         auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
-            (``fitting.resolve_dtype``): "ep" (measured in full-batch fits), "sep" (measured with minibatches
-            and on the full batch), "pep" and "apep" (measured on the full batch); the others keep float64
-            (not measured, or, for "vi", measured and slower on the CPU).
+            (``fitting.resolve_dtype``): set where the suite measured float32 at the same test NLL in less time
+            (docs/design-notes.md); the others keep float64, unmeasured or (the ``vi`` engine) slower in it.
         epsilon_in_objective: whether the robust-max ε enters what the fit optimises. Not for "ep", "sep" and "gfitc":
             their factors are the pairwise step functions of scalable-ep eq. 6 (ε enters the predictions only), so
             ``learn_epsilon`` would leave ε where it started (``validation`` refuses it).
