@@ -87,6 +87,28 @@ def test_cavity_projection_against_explicit_inversion():
         torch.testing.assert_close(mean_cav[i, k, t], v @ m_c, rtol=1e-6, atol=1e-9)
 
 
+def test_a_current_cavity_projection_makes_its_products_once_with_the_same_values_and_gradients():
+    # a loss right after its update projects along V and along V_old = V detached (Ro = R detached): the
+    # products along V_old are then the ones along V, detached, and vᵀSv_o = Σ R·Ro is differentiated once in R
+    model, X, y = classification_problem()
+    ep, st = run_ep(model, X, y, sweeps=5)
+    q = q_state(model, TiedSites(st.Lam, st.h))
+    fac = pairwise_factors(y, 3)
+    V0, _ = directions(model, X, q.Lk)
+    g = torch.Generator().manual_seed(3)
+    weights = [torch.randn(st.c1.shape, generator=g) for _ in range(4)]
+    outs = {}
+    for current in (False, True):
+        V = V0.clone().requires_grad_(True)
+        R = V @ q.W
+        out = cavity_projection(q, V, V.detach(), st.c1, st.c2, fac.latent, R=R, Ro=R.detach(), current=current)
+        total = sum((w * o).sum() for w, o in zip(weights, out))
+        outs[current] = ([o.detach() for o in out], torch.autograd.grad(total, V)[0])
+    for a, b in zip(outs[False][0], outs[True][0]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(outs[False][1], outs[True][1], rtol=1e-10, atol=1e-12)
+
+
 def test_pairwise_tilted_moments_against_brute_force():
     # Z = ∫∫ Φ(...) N(a|.)N(b|.): the site update's tilted moments vs 2-D integration
     from sgpc.sites import site_update

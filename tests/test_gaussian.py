@@ -197,3 +197,16 @@ def test_log_ndtr_derivative_far_in_the_tail():
         assert abs(float(v_hat[0, 0, 0]) - exact) < tol * exact
     w = torch.tensor([-30.0, -3.0, 0.5, 4.0], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(log_ndtr, (w,))
+
+
+@pytest.mark.parametrize("dim", [-1, -2])
+def test_sum_sq_is_the_autograd_sum_of_squares_with_its_gradient(dim):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn((3, 7) if dim == -2 else (3, 5), generator=g, dtype=torch.float64)
+    got = G.sum_sq(x, dim)
+    want = (x * x).sum(dim)
+    assert torch.equal(got, want)                                       # the same value bit for bit
+    torch.testing.assert_close(torch.autograd.grad((w * got).sum(), x)[0],
+                               torch.autograd.grad((w * want).sum(), x)[0], rtol=1e-14, atol=1e-14)
+    assert torch.autograd.gradcheck(lambda t: G.sum_sq(t, dim), (x,))

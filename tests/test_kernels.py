@@ -151,7 +151,7 @@ def test_float32_expansion_stays_narrow_only_where_accurate(nu):
     Z = torch.rand(3, 40, 784, generator=g, dtype=torch.float32)
     Z[:, :4] = X[:4]                                                    # copies, as initial inducing inputs
     kernel = (K.RBF(784, 3, lengthscale=7.0) if nu is None else K.Matern(784, 3, nu=nu, lengthscale=7.0)).float()
-    centre = Z.mean(-2, keepdim=True)                                    # the model's side (Z) is the centre
+    centre = Z.reshape(-1, 784).mean(0)                 # the model's side (Z, all latent functions) is the centre
     widened = kernel._wide_columns(kernel.scaled_sqnorm(Z - centre), kernel.scaled_sqnorm(X - centre), False)
     assert widened is (True if nu == 0.5 else None)                     # only Matérn-½ (k ≈ 1 − √d²) widens
     for A, B in ((Z, X), (Z, Z)):

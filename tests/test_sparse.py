@@ -83,6 +83,23 @@ def test_init_inducing():
         init_inducing(X, 5, "grid")
 
 
+def test_kmeans_clusters_a_sample_bounded_in_rows_and_in_rows_times_features(monkeypatch):
+    from sgpc import sparse
+    assert sparse.kmeans_rows(60000, 784, 100) == 4_000_000 // 784         # MNIST's width: 5 102 rows
+    assert sparse.kmeans_rows(60000, 23, 100) == 20000                     # narrow: the row bound
+    assert sparse.kmeans_rows(3000, 784, 100) == 3000                      # never more rows than there are
+    assert sparse.kmeans_rows(60000, 10**6, 100) == 1000                   # at least 10 rows per centre
+    seen = []
+    from sklearn.cluster import KMeans
+    fit = KMeans.fit
+    monkeypatch.setattr(KMeans, "fit", lambda self, X, **kw: (seen.append(X.shape), fit(self, X, **kw))[1])
+    monkeypatch.setattr(sparse, "KMEANS_ELEMENTS", 90)                     # 30 rows of 3 features
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    Z = init_inducing(X, 2, "kmeans", seed=1)
+    assert seen == [(30, 3)] and Z.shape == (2, 3)
+    np.testing.assert_array_equal(Z, init_inducing(X, 2, "kmeans", seed=1))
+
+
 def test_model_shape_errors():
     with pytest.raises(ValueError, match="inducing inputs"):
         SparseGP(K.RBF(2, 3), RobustMax(3), torch.zeros(4, 5))

@@ -21,7 +21,7 @@ import torch
 __all__ = [
     "JitterWarning", "NotPositiveDefiniteError", "base_jitter", "cholesky", "solve_lower",
     "moments_to_natural", "natural_to_moments", "log_normalizer", "kl_standard_normal",
-    "kl_gaussian", "moment_match", "tilted_moments", "match_moments", "wide_dtype", "log_ndtr",
+    "kl_gaussian", "moment_match", "tilted_moments", "match_moments", "wide_dtype", "log_ndtr", "sum_sq",
 ]
 
 
@@ -207,6 +207,31 @@ def log_ndtr(z: torch.Tensor) -> torch.Tensor:
     """log Φ(z), element-wise, with a derivative accurate far in the lower tail (`_LogNdtr`);
     differentiable twice (the derivative is built from differentiable operations)."""
     return _LogNdtr.apply(z)
+
+
+class _SumSq(torch.autograd.Function):
+    """Σ x² along one axis, whose backward is one pass, 2g ⊙ x (autograd's record of x ⊙ x and its sum made
+    three: g ⊙ x twice and their sum)."""
+
+    @staticmethod
+    def forward(ctx, x, dim: int):
+        ctx.save_for_backward(x)
+        ctx.dim = dim
+        return (x * x).sum(dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return (2.0 * grad).unsqueeze(ctx.dim) * x, None
+
+
+def sum_sq(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Σ_d x_d² along ``dim`` (the variances vᵀSv = ‖Wᵀv‖² of projections, kᵀK⁻¹k = ‖L⁻¹k‖²): the value of
+    ``(x * x).sum(dim)`` bit for bit, with a one-pass backward (``_SumSq``; the autograd form inside
+    ``torch.compile``, which fuses it)."""
+    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and x.requires_grad):
+        return (x * x).sum(dim)
+    return _SumSq.apply(x, dim)
 
 
 def wide_dtype(t: torch.Tensor) -> torch.dtype:

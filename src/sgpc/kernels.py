@@ -213,7 +213,12 @@ class Kernel(nn.Module):
             return self._direct_sqdist(X1)
         dtype, wide = X1.dtype, wide_dtype(X1)
         same = X1 is X2
-        centre = X1.detach().mean(-2, keepdim=True)
+        if X1.ndim == 3 and X2.ndim == 2:
+            # per-latent inducing inputs against query rows: one centre for all latent functions, so the rows are
+            # centred once ([N,D]); a centre per latent made an [L,N,D] copy of them, and of their squares
+            centre = X1.detach().reshape(-1, X1.shape[-1]).mean(0, keepdim=True)
+        else:
+            centre = X1.detach().mean(-2, keepdim=True)
         A = X1 - centre
         B = A if same else X2 - centre
         w = self._inv_sq_lengthscale().to(dtype)                                    # [S,D] or [S,1]

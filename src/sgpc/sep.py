@@ -49,7 +49,7 @@ from .ep import detached_geometry, fresh_geometry, shared_geometry
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, g_whitened,
                     gather, is_pd, log_Zq, make_factors, pd_damping, per_latent, q_from_precision, q_state,
                     site_update, whitened_precision)
-from .gaussian import cholesky, solve_lower
+from .gaussian import cholesky, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["SEP", "LOG_Z_KINDS", "SEPState", "SEPIncrement", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
@@ -222,7 +222,7 @@ class SEP(Engine):
         slot = fac.mask[..., None].expand(fac.latent.shape).to(V.dtype)
         slots = per_latent(slot, fac.latent, L, w).sum()
         counts = torch.stack([(fac.mask & ~ok).sum().to(V.dtype), fac.mask.sum().to(V.dtype), slots])
-        return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(d2[..., None] * V).sum(1),
+        return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(V.mT @ d2[..., None])[..., 0],
                             n_b=per_latent(used, fac.latent, L, w).sum(1), counts=counts)
 
     @torch.no_grad()
@@ -293,15 +293,16 @@ class SEP(Engine):
                 c1, c2, _ = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
                 q = q_from_precision(Lkd, *Pb, LP=LP.detach())
             R = V @ q.W                                                  # Wᵀv, differentiable in V: log_Zq's too
+            s_cc = sum_sq(R)                                             # vᵀSv [L,B], differentiable: log_Zq's too
             with torch.no_grad():
                 # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
                 # tied site has absorbed it): removing it would leave a cavity with a huge or negative
                 # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-                s_q = gather(R.detach().square().sum(-1), fac.latent)
+                s_q = gather(s_cc.detach(), fac.latent)
                 keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
                 c1, c2 = c1 * keep, c2 * keep
             return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
-                           LPb=(LP, b), R=R, current=True, weight=w)
+                           LPb=(LP, b), R=R, current=True, weight=w, s_cc=s_cc)
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
         P, b = whitened_precision(Lk, sites)

@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, wide_dtype
+from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, sum_sq, wide_dtype
 from .sparse import SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "FACTOR_KINDS", "make_factors", "per_latent",
@@ -248,7 +248,7 @@ def directions(model: SparseGP, X: torch.Tensor, Lk: torch.Tensor) -> tuple[torc
     """v_il = K⁻¹k_l(x_i) as [L,N,M] and the conditional variances s_il = k_ii + σ_n² − kᵀK⁻¹k, [L,N] (eq. 5)."""
     A, kdiag = model.projection(X, Lk)                                   # A = L_K⁻¹ K_uf  [L,M,N]
     V = torch.linalg.solve_triangular(Lk.mT, A, upper=True)             # K⁻¹ K_uf        [L,M,N]
-    s = (kdiag - (A * A).sum(-2)).clamp_min(0.0)
+    s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)
     return V.mT, s
 
 
@@ -260,7 +260,8 @@ def gather(t: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:
 
 
 def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor,
-                      latent: torch.Tensor, R: torch.Tensor | None = None, Ro: torch.Tensor | None = None
+                      latent: torch.Tensor, R: torch.Tensor | None = None, Ro: torch.Tensor | None = None,
+                      current: bool = False, s_cc: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cavity marginals of v_ilᵀu_l at every factor slot, after removing that factor's site.
 
@@ -270,17 +271,28 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
         c1, c2: the factors' site parameters (already multiplied by α for Power EP) [B,F,T].
         latent: [B,F,T].
         R, Ro: Wᵀv along V and along V_old ([L,B,M], q's square root W), if the caller has them.
+        current: V_old is V detached and Ro is R detached (a loss right after its update), so q's products along
+            V_old are those along V, detached: the [L,B,M] passes are made once.
+        s_cc: vᵀSv = Σ R² [L,B] along V (``gaussian.sum_sq(R)``), if the caller has it.
     Returns:
         cavity mean [B,F,T], cavity var [B,F,T] (of the projection, without s_i),
         and q's own projection marginals along V_old, mean [B,F,T], var [B,F,T] (for g-differences).
     """
     R = V @ q.W if R is None else R                                      # Wᵀv      [L,B,M]  (S = WWᵀ)
     Ro = (R if V_old is V else V_old @ q.W) if Ro is None else Ro
-    s_cc = (R * R).sum(-1)                                               # vᵀSv     [L,B]
-    s_co = s_cc if V_old is V else (R * Ro).sum(-1)                      # vᵀSv_o
-    s_oo = s_cc if V_old is V else (Ro * Ro).sum(-1)
-    m_c = (V * q.mean[:, None, :]).sum(-1)
-    m_o = m_c if V_old is V else (V_old * q.mean[:, None, :]).sum(-1)
+    s_cc = sum_sq(R) if s_cc is None else s_cc                           # vᵀSv     [L,B]
+    m_c = (V @ q.mean[..., None])[..., 0]                                # vᵀm      [L,B]
+    if V_old is V:
+        s_co = s_oo = s_cc
+        m_o = m_c
+    elif current:
+        # the same values along V_old = V detached; vᵀSv_o = Σ R·Ro differentiates in R once, not twice as Σ R²
+        s_oo, m_o = s_cc.detach(), m_c.detach()
+        s_co = 0.5 * (s_cc + s_oo)
+    else:
+        s_co = (R * Ro).sum(-1)                                          # vᵀSv_o
+        s_oo = sum_sq(Ro)
+        m_o = (V_old @ q.mean[..., None])[..., 0]
     s_cc, s_co, s_oo, m_c, m_o = (gather(t, latent) for t in (s_cc, s_co, s_oo, m_c, m_o))
     denom = 1.0 - c1 * s_oo
     gamma = c1 / denom
@@ -351,7 +363,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
            c1: torch.Tensor, c2: torch.Tensor, alpha: float, scale: float, *, Lk: torch.Tensor | None = None,
            q: QState | None = None, Vs: tuple[torch.Tensor, torch.Tensor] | None = None,
            LPb: tuple[torch.Tensor, torch.Tensor] | None = None, R: torch.Tensor | None = None,
-           current: bool = False, weight: torch.Tensor | None = None) -> torch.Tensor:
+           current: bool = False, weight: torch.Tensor | None = None, s_cc: torch.Tensor | None = None
+           ) -> torch.Tensor:
     """log Z_q (eqs. 57–61) or the Power-EP energy, with the gradient of eq. (62)/(12).
 
     Args:
@@ -362,7 +375,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
             q = p(u)·θ̃ (detached), ``directions(model, X, Lk)`` and the Cholesky factor of
             ``whitened_precision(Lk, sites)`` with its linear term (differentiable); R: V @ q.W
             (differentiable in V); current: V_old is V detached and q.W is
-            detached (so R serves both; otherwise they are compared, outside ``torch.compile``).
+            detached (so R serves both; otherwise they are compared, outside ``torch.compile``); s_cc: Σ R² [L,B]
+            (``gaussian.sum_sq(R)``), if the caller has it.
         weight: the minibatch rows' weights [B] (None: 1 each); a row's factor terms count w times, its cavity
             removes ``removed_power`` of its site (module docstring: row weights).
     Returns:
@@ -384,7 +398,8 @@ def log_Zq(model: SparseGP, sites: TiedSites, factors: Factors, X: torch.Tensor,
     same = V_old is V or current or (not torch.compiler.is_compiling() and not (V_old.requires_grad or
                                      q.W.requires_grad) and torch.equal(V_old, V.detach()))
     Ro = R if V_old is V else R.detach() if same else V_old @ q.W
-    mean_cav, var_cav, m_o, s_oo = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent, R=R, Ro=Ro)
+    mean_cav, var_cav, m_o, s_oo = cavity_projection(q, V, V_old, ac1.detach(), ac2.detach(), latent, R=R, Ro=Ro,
+                                                     current=same, s_cc=s_cc)
     sg = gather(s, latent)
     logZ = factors.log_Z(mean_cav, var_cav + sg).masked_fill(~factors.mask, 0.0)
     with torch.no_grad():
