@@ -41,8 +41,8 @@ class InducingPosterior:
 
 # k-means runs on a uniform sample of at most KMEANS_ROWS rows and KMEANS_ELEMENTS rows × features (and at least
 # KMEANS_MIN_ROWS_PER_CENTRE rows per centre): a Lloyd iteration costs rows · M · D, and on MNIST (D = 784, M = 100)
-# 20 000 rows took 6.4 s against 0.9 s for 5 000, a tenth of the default fit (docs/design-notes.md, "A minibatch step at MNIST's
-# width")
+# 20 000 rows took 6.4 s against 0.9 s for 5 000, a tenth of the default fit (docs/design-notes.md, "A minibatch
+# step at MNIST's width")
 KMEANS_ROWS = 20000
 KMEANS_ELEMENTS = 4_000_000
 KMEANS_MIN_ROWS_PER_CENTRE = 10
