@@ -235,11 +235,12 @@ class Kernel(nn.Module):
                 Aw = A.to(wide)
                 d2 = self._expanded(Aw, Aw if same else B.to(wide), w.to(wide), same).to(dtype)
             else:       # some query rows widen, the rest stay narrow: each column as if it were alone
-                narrow, widened = torch.nonzero(~cols).flatten(), torch.nonzero(cols).flatten()
-                parts = (self._expanded(A, B.index_select(-2, narrow), w, False),
-                         self._expanded(A.to(wide), B.index_select(-2, widened).to(wide), w.to(wide), False).to(dtype))
-                order = torch.argsort(torch.cat([narrow, widened]))
-                d2 = torch.cat(parts, -1).index_select(-1, order)
+                # every column narrow, then the widened ones replaced: the narrow products keep the batch's shape, so
+                # a column does not depend on which others widen (products over the narrow columns alone changed
+                # one in its last bit: a matrix product's kernels depend on its sizes)
+                widened = torch.nonzero(cols).flatten()
+                wide_part = self._expanded(A.to(wide), B.index_select(-2, widened).to(wide), w.to(wide), False)
+                d2 = self._expanded(A, B, w, False).index_copy(-1, widened, wide_part.to(dtype))
         if same:
             # k(X, X): the diagonal is exactly 0. The expansion leaves ~1e-16·|x|² there, and a kernel of
             # r = √d² (Matérn ½: 1 − 3e-8 instead of 1) turns that rounding into a visible error that
