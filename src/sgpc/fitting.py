@@ -465,7 +465,8 @@ def fit_stream(est, p: dict, source, *, X_val, y_val, resume: bool, comm, run: d
 
     One streaming pass (``stream.statistics``) gives N, the classes and their counts (SEP's slot
     counts), the features' standard deviations (the length-scale initialisation, as for arrays)
-    and a uniform sample of 20 000 rows for the k-means inducing initialisation. Features are used
+    and a uniform sample of 20 000 rows for the k-means inducing initialisation (which clusters at most
+    ``sparse.kmeans_rows`` of them, as for arrays). Features are used
     as the source gives them, as for arrays: standardise with ``stream.standardized(source)``.
     Minibatches are block-shuffled (``stream.Minibatches``). Unlike the in-memory fit, the sites
     are not refreshed by a final full-data update (that would be one more pass over the data).
