@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from .engine import Capabilities, Engine, refuse_weights
-from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower
+from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["PairSites", "FITCPrior", "fitc_prior", "zero_sites", "factor_mask", "site_totals",
@@ -82,7 +82,7 @@ def fitc_prior(model: SparseGP, X: torch.Tensor) -> FITCPrior:
     """FITC prior pieces of ``model`` at inputs X [N,D] (differentiable w.r.t. the model's parameters)."""
     Lk = model.chol_Kuu()
     A, kdiag = model.projection(X, Lk)
-    return FITCPrior(chol_Kuu=Lk, A=A, d=(kdiag - (A * A).sum(-2)).clamp_min(0.0))
+    return FITCPrior(chol_Kuu=Lk, A=A, d=(kdiag - sum_sq(A, -2)).clamp_min(0.0))
 
 
 def zero_sites(N: int, C: int, dtype=torch.float64, device=None) -> PairSites:
@@ -148,7 +148,7 @@ def _posterior(prior: FITCPrior, tau: torch.Tensor, nu: torch.Tensor):
         Lp = torch.where(ok[:, None, None], Lp, eye)
     B = solve_lower(Lp, A)                                                            # [L,M,N]
     c = solve_lower(Lp, (A @ (g * n)[..., None]))[..., 0]                             # [L,M]
-    var = d * g + g * g * (B * B).sum(-2)
+    var = d * g + g * g * sum_sq(B, -2)
     mean = d * g * n + g * (B * c[..., None]).sum(-2)
     ok = ok & torch.isfinite(var).all(-1) & torch.isfinite(mean).all(-1) & (var > 0).all(-1)
     return mean.transpose(0, 1), var.transpose(0, 1), Lp, c, ok

@@ -398,7 +398,7 @@ def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: 
     A, kdiag = model.projection(X, Lk)
     S = solve_lower(L_cav, A)                                            # cavity cov = L_cav⁻ᵀL_cav⁻¹
     mean = (A * mean_cav[..., None]).sum(-2)
-    var = kdiag - (A * A).sum(-2) + (S * S).sum(-2)
+    var = kdiag - sum_sq(A, -2) + sum_sq(S, -2)
     local = model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha)
     local = local.sum() if weight is None else (weight * local).sum()
     return gauss + (n_total / X.shape[0]) * local / alpha

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .gaussian import cholesky, kl_standard_normal, solve_lower
+from .gaussian import cholesky, kl_standard_normal, solve_lower, sum_sq
 
 __all__ = ["SparseGP", "InducingPosterior", "init_inducing", "marginals", "whitened_marginals",
            "prior_kl", "predict", "predict_log_proba", "evaluating"]
@@ -198,7 +198,7 @@ def whitened_marginals(model: SparseGP, mean_w: torch.Tensor, chol_w: torch.Tens
     else:
         mean = (mean_w[:, None, :] @ A)[:, 0, :]                                   # [L,N]
         B = chol_w.transpose(-1, -2) @ A                                           # [L,M,N]
-    var = kdiag - (A * A).sum(-2) + (B * B).sum(-2)                                # Q_ff diagonal once if shared
+    var = kdiag - sum_sq(A, -2) + sum_sq(B, -2)                              # Q_ff diagonal once if shared
     return mean.transpose(0, 1), var.clamp_min(torch.finfo(var.dtype).tiny).transpose(0, 1)
 
 

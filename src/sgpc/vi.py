@@ -27,7 +27,7 @@ from torch import nn
 
 from . import natgrad
 from .engine import Capabilities, Engine, rows_of
-from .gaussian import cholesky, kl_standard_normal, solve_lower
+from .gaussian import cholesky, kl_standard_normal, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP, whitened_marginals
 
 __all__ = ["WhitenedGaussian", "elbo", "alpha_objective", "rpapep_objective", "VI", "VIState"]
@@ -109,7 +109,7 @@ def rpapep_objective(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: t
     A, kdiag = model.projection(X, Lk)
     mean = (A * q.mean[..., None]).sum(-2)
     B = chol_w.mT @ A
-    var = kdiag - (A * A).sum(-2) + (B * B).sum(-2) / c
+    var = kdiag - sum_sq(A, -2) + sum_sq(B, -2) / c
     local = _weighted_sum(model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha),
                           weight)
     # The Gaussian terms of eq. (10), g(θ) + (1/α)[N(g(cθ) − g(θ)) + g(cθ + αθ_p) − αg(θ_p) − g(θ)], in
