@@ -15,7 +15,9 @@ Runs (--runs):
                                            defaults otherwise (k-means inducing inputs per class, length-scales
                                            from the features' spread, Adam at 0.01; vi-natgrad: natural-gradient
                                            steps of q(u) at γ = 0.1, ``method_params={"natgrad_lr": 0.1}``);
-                                           tol=None (the budget ends the fit). The budget is imposed from outside:
+                                           tol=None (the budget ends the fit). --sgpc-learning-rate R replaces
+                                           Adam's rate for every sgpc run and names the run ``<run>@R``, so
+                                           runs at several rates share one results file. The budget is imposed from outside:
                                            the child wraps ``fitting.train_settings`` to set ``max_time`` to the
                                            budget less the initialisation time.
   sgpc-sep-shared, sgpc-vi-shared          the same with one set of inducing inputs and one kernel for all
@@ -101,12 +103,13 @@ class Clock:
         self.paused += time.perf_counter() - t_eval
 
 
-def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64"):
+def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None):
     from sgpc import GPClassifier, fitting
     base = run.removeprefix("sgpc-")
     shared = base.endswith("-shared")
     method = base.removesuffix("-shared").removesuffix("-natgrad")
     est = GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
+                       learning_rate=learning_rate,
                        device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
                        kernel_params={"shared_kernel": True} if shared else None,
                        method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
@@ -237,14 +240,16 @@ def run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every):
 
 
 def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
-          threads: int = 1) -> dict:
+          threads: int = 1, sgpc_learning_rate: float | None = None) -> dict:
     import torch
     torch.set_num_threads(threads)
     name, M, B = SETS[setname]
     X, y, Xt, yt, C = _data(name)
     load = os.getloadavg()
     if run.startswith("sgpc-"):
-        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype)
+        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate)
+        if sgpc_learning_rate is not None:
+            run, extra = f"{run}@{sgpc_learning_rate:g}", {**extra, "learning_rate": sgpc_learning_rate}
     elif run.startswith("gpytorch-"):
         trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device, dtype)
     else:
@@ -341,16 +346,22 @@ def figure(runs: list, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
     sets = list(dict.fromkeys(r["set"] for r in runs))
     colour = {run: f"C{i}" for i, run in enumerate(RUNS)}          # one colour per run in every panel
     fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
     for ax, s in zip(axes[0], sets):
         for r in (r for r in runs if r["set"] == s and r.get("trace")):
+            base, at_rate = r["run"].partition("@")[::2]     # a run at another rate: its run's colour, dotted
             ax.plot([p["time"] for p in r["trace"]], [p["nll"] for p in r["trace"]], label=r["run"],
-                    color=colour.get(r["run"]), linestyle="-" if r["run"].startswith("sgpc-") else "--")
+                    color=colour.get(base), linestyle=":" if at_rate else "-" if base.startswith("sgpc-") else "--")
         ax.set(xscale="log", xlabel="training time incl. initialisation (s)", ylabel="test NLL", title=s)
         ax.xaxis.set_minor_formatter(NullFormatter())
+        low, high = ax.get_ylim()
+        if low > 0 and high > 3 * low:      # one run far above the rest (an overconfident recipe): log NLL too
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_formatter(ScalarFormatter())
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -371,6 +382,8 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", help='"cpu" or "cuda": sgpc and GPyTorch (GPflow runs on the CPU only)')
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="sgpc's and GPyTorch's")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run (torch, OpenMP, MKL)")
+    p.add_argument("--sgpc-learning-rate", type=float,
+                   help="Adam's rate for the sgpc runs (default: the method's own); the runs are named <run>@RATE")
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter of the runs (one with the peers installed: pip install sgpc[bench])")
     p.add_argument("--name", default="time_to_target")
@@ -381,7 +394,7 @@ def main(argv=None):
     if args.child:
         globals()["NATGRAD_GAMMA"] = args.gamma
         print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every, args.device, args.dtype,
-                               args.threads)))
+                               args.threads, args.sgpc_learning_rate)))
         return
     if args.report:
         # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
@@ -409,6 +422,8 @@ def main(argv=None):
             cmd = [args.python, __file__, "--child", s, run, "--budget", str(args.budget),
                    "--eval-every", str(args.eval_every), "--gamma", str(args.gamma), "--device", args.device,
                    "--dtype", args.dtype, "--threads", str(args.threads)]
+            if args.sgpc_learning_rate is not None and run.startswith("sgpc-"):
+                cmd += ["--sgpc-learning-rate", str(args.sgpc_learning_rate)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
                 runs.append({"set": s, "run": run, "error": r.stderr[-3000:]})

@@ -1,0 +1,59 @@
+"""benchmarks/perf/time_to_target.py (issue 41): what it reports from the runs' traces — each peer's best test NLL,
+the time the peer and each sgpc run first reached it + 0.005, the NLL after fixed budgets. The traces here are made
+up, so every number the summary gives can be worked out by hand. Speed is not asserted (DESIGN §7)."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "perf" / "time_to_target.py"
+_spec = importlib.util.spec_from_file_location("time_to_target_bench", _PATH)
+ttt = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = ttt
+_spec.loader.exec_module(ttt)
+
+
+def _run(name, points, steps=100, **extra):
+    return {"set": "connect4-100", "run": name, "budget_s": 60.0, "steps": steps,
+            "trace": [{"step": 10 * i, "time": t, "nll": v, "error": 0.3} for i, (t, v) in enumerate(points)],
+            **extra}
+
+
+def test_first_time_and_nll_at_read_the_trace_as_the_evaluations_saw_it():
+    trace = _run("x", [(1.0, 0.9), (5.0, 0.7), (12.0, 0.65), (40.0, 0.66)])["trace"]
+    assert ttt.first_time(trace, 0.7) == 5.0            # reached at an evaluation, not interpolated
+    assert ttt.first_time(trace, 0.69) == 12.0
+    assert ttt.first_time(trace, 0.6) is None            # never within the budget
+    assert ttt.nll_at(trace, 0.5) is None                # no evaluation yet
+    assert ttt.nll_at(trace, 30.0) == 0.65               # the last one at or before 30 s
+    assert ttt.nll_at(trace, 40.0) == 0.66
+
+
+def test_summary_times_every_sgpc_run_to_each_peers_best_plus_the_margin():
+    peer = _run("gpytorch-adam", [(2.0, 0.8), (20.0, 0.63), (50.0, 0.6245), (60.0, 0.626)])
+    sep = _run("sgpc-sep", [(1.0, 0.7), (5.0, 0.64), (10.0, 0.629), (30.0, 0.6)])
+    fast = _run("sgpc-sep@0.05", [(1.0, 0.7), (4.0, 0.629)], learning_rate=0.05)   # another rate: its own column
+    failed = {"set": "connect4-100", "run": "gpytorch-ngd", "diverged": "step 2: NotPSDError"}
+    s = ttt.summarise([peer, sep, fast, failed])["connect4-100"]
+    (v,) = s["versus_peers"]
+    assert v["peer"] == "gpytorch-adam" and v["best_nll"] == 0.6245
+    assert v["value"] == pytest.approx(0.6295)
+    assert v["peer_time"] == 50.0                        # 0.63 at 20 s is above 0.6295
+    assert v["sgpc"]["sgpc-sep"] == {"time": 10.0, "sooner": 5.0}
+    assert v["sgpc"]["sgpc-sep@0.05"] == {"time": 4.0, "sooner": 12.5}
+    assert s["nll_after"]["sgpc-sep"] == {"10": 0.629, "30": 0.6, "60": 0.6}
+    assert s["nll_after"]["gpytorch-adam"]["10"] == 0.8
+    assert s["final"]["sgpc-sep"] == {"nll": 0.6, "error": 0.3, "steps": 100}
+    assert s["failed"] == {"gpytorch-ngd": "step 2: NotPSDError"}
+    assert s["final"]["gpytorch-ngd"]["failed"] == "step 2: NotPSDError"
+    assert s["target"] is None and s["time_to_target"] is None     # connect-4 has no fixed target
+
+
+def test_an_sgpc_run_that_never_reaches_a_peers_value_is_reported_as_not_reached():
+    peer = _run("gpflow-adam", [(8.0, 0.5)])
+    slow = _run("sgpc-sep", [(1.0, 0.9), (60.0, 0.6)])
+    s = ttt.summarise([peer, slow])["connect4-100"]
+    assert s["versus_peers"][0]["sgpc"]["sgpc-sep"] == {"time": None, "sooner": None}
+    table = ttt.report({"connect4-100": s})
+    assert "| gpflow-adam | 0.5000 | 8 s | not reached |" in table
