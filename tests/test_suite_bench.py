@@ -194,6 +194,22 @@ def test_report_from_a_fake_file(tmp_path):
     assert "second" not in doc.read_text() and text.strip() in doc.read_text()
 
 
+def test_a_report_adds_the_columns_of_other_files_and_keeps_the_splits_asked_for(tmp_path):
+    peers, main = tmp_path / "suite-full-peers.jsonl", tmp_path / "suite-full.jsonl"
+    peers.write_text("".join(json.dumps(r) + "\n" for r in [_rec("iris", 0, "gpflow-svgp", "ok", nll=0.2)]))
+    main.write_text("".join(json.dumps(r) + "\n" for r in
+                            [_rec("iris", k, c, "ok", nll=0.1 * k) for k in range(3) for c in ("logreg", "hgb")]
+                            + [_rec("iris", 0, "gpflow-svgp", "ok", nll=9.0)]))      # --out's column wins
+    got = suite.report_records(peers, [main], splits=1)
+    assert sorted((r["column"], r["split"], r["nll"]) for r in got) == [
+        ("gpflow-svgp", 0, 0.2), ("hgb", 0, 0.0), ("logreg", 0, 0.0)]
+    assert len(suite.report_records(peers, [main])) == 7
+    assert suite.markers(peers, 1) == ("<!-- suite-report:suite-full-peers-splits1:begin -->",
+                                       "<!-- suite-report:suite-full-peers-splits1:end -->")
+    with pytest.raises(FileNotFoundError, match="--also"):
+        suite.report_records(peers, [tmp_path / "missing.jsonl"])
+
+
 # -- end to end ----------------------------------------------------------------------------------------
 def test_end_to_end_on_iris_and_resume(tmp_path):
     out = tmp_path / "suite.jsonl"

@@ -22,7 +22,9 @@ Protocol (one record per set, split and column):
 Output: one JSON line per fit appended to ``--out``. A rerun skips every (set, split, column) already
 there with status "ok", "skipped" or "timeout"; "error" and "unavailable" (data or library absent)
 are tried again. ``--report`` reads the file and writes the Markdown summary (docs/suite.md between
-the markers named by the file's stem, `markers`; or stdout with ``--report -``).
+the markers named by the file's stem, `markers`; or stdout with ``--report -``). ``--also`` adds the columns
+of other results files to a report, and ``--report-splits K`` keeps splits 0..K-1 only: columns run on one split
+(the peers) and columns run on five then compare on the same split.
 
     python benchmarks/perf/suite.py                                # the full suite, all columns
     python benchmarks/perf/suite.py --sgpc "sep=method=sep" --columns sgpc-default,sep,logreg
@@ -487,6 +489,18 @@ def read_records(path: Path) -> list[dict]:
     return out
 
 
+def report_records(out: Path, also: list[Path] = (), splits: int | None = None) -> list[dict]:
+    """The fits a report counts: those of ``out``, and of each file of ``also`` in the columns ``out`` does not
+    have (a column is one file's), restricted to splits 0..splits-1 when given."""
+    records = read_records(out)
+    for path in also:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--also {path}: no such results file")
+        have = {r["column"] for r in records}
+        records += [r for r in read_records(path) if r["column"] not in have]
+    return records if splits is None else [r for r in records if r["split"] < splits]
+
+
 FINAL_STATUSES = ("ok", "skipped", "timeout")   # rerunning these would give the same answer
 
 
@@ -788,11 +802,14 @@ def report(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def markers(out: Path) -> tuple[str, str]:
+def markers(out: Path, splits: int | None = None) -> tuple[str, str]:
     """The markers between which the report of results file ``out`` goes: ``MARK_BEGIN``/``MARK_END`` for
-    results/suite.jsonl, else ones named by the file's stem, so that one page can show several runs."""
+    results/suite.jsonl, else ones named by the file's stem, so that one page can show several runs; a report
+    of its first ``splits`` splits only has its own (``<stem>-splits<K>``)."""
     stem = Path(out).stem
-    if stem == DEFAULT_OUT.stem:
+    if splits is not None:
+        stem = f"{stem}-splits{splits}"
+    elif stem == DEFAULT_OUT.stem:
         return MARK_BEGIN, MARK_END
     return f"<!-- suite-report:{stem}:begin -->", f"<!-- suite-report:{stem}:end -->"
 
@@ -831,6 +848,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--report", nargs="?", const=str(DEFAULT_DOC), default=None, metavar="PATH",
                    help="write the Markdown report from --out instead of running (default docs/suite.md, between "
                         "markers named by --out's stem; - = stdout)")
+    p.add_argument("--also", type=Path, action="append", default=[], metavar="PATH",
+                   help="with --report: add another results file's fits (a column of --out replaces the same "
+                        "column's fits there); repeatable")
+    p.add_argument("--report-splits", type=int, default=None, metavar="K",
+                   help="with --report: only splits 0..K-1, so that columns run on fewer splits compare on the same "
+                        "ones (the markers are then named <stem>-splitsK)")
     p.add_argument("--threads", type=int, default=1, help="torch and OpenMP/BLAS threads (default 1)")
     p.add_argument("--timeout-per-fit", type=float, default=None, help="seconds; a longer fit is recorded as timeout")
     return p.parse_args(argv)
@@ -856,11 +879,11 @@ def select_columns(spec: str, extra: list[str]) -> dict[str, Column]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.report is not None:
-        text = report(read_records(args.out))
+        text = report(report_records(args.out, args.also, args.report_splits))
         if args.report == "-":
             print(text)
         else:
-            write_report(text, Path(args.report), markers(args.out))
+            write_report(text, Path(args.report), markers(args.out, args.report_splits))
             print(f"wrote {args.report}")
         return 0
     columns = select_columns(args.columns, args.sgpc)

@@ -426,7 +426,9 @@ def main(argv=None):
                 cmd += ["--sgpc-learning-rate", str(args.sgpc_learning_rate)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
-                runs.append({"set": s, "run": run, "error": r.stderr[-3000:]})
+                named = (f"{run}@{args.sgpc_learning_rate:g}" if args.sgpc_learning_rate is not None
+                         and run.startswith("sgpc-") else run)          # as the child would have named it
+                runs.append({"set": s, "run": named, "error": r.stderr[-3000:]})
                 print(f"{s} {run}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 continue
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
