@@ -57,3 +57,10 @@ def test_an_sgpc_run_that_never_reaches_a_peers_value_is_reported_as_not_reached
     assert s["versus_peers"][0]["sgpc"]["sgpc-sep"] == {"time": None, "sooner": None}
     table = ttt.report({"connect4-100": s})
     assert "| gpflow-adam | 0.5000 | 8 s | not reached |" in table
+
+
+def test_a_run_at_another_rate_is_named_apart_and_the_peers_keep_their_names():
+    assert ttt.run_name("sgpc-sep", 0.05) == "sgpc-sep@0.05"
+    assert ttt.run_name("sgpc-sep-shared", 0.1) == "sgpc-sep-shared@0.1"
+    assert ttt.run_name("sgpc-sep", None) == "sgpc-sep"
+    assert ttt.run_name("gpytorch-adam", 0.05) == "gpytorch-adam"     # the rate is sgpc's only

@@ -103,6 +103,11 @@ class Clock:
         self.paused += time.perf_counter() - t_eval
 
 
+def run_name(run: str, sgpc_learning_rate: float | None) -> str:
+    """The name a run's record carries: an sgpc run at a given Adam rate R is ``<run>@R`` (its own column)."""
+    return f"{run}@{sgpc_learning_rate:g}" if sgpc_learning_rate is not None and run.startswith("sgpc-") else run
+
+
 def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None):
     from sgpc import GPClassifier, fitting
     base = run.removeprefix("sgpc-")
@@ -249,14 +254,15 @@ def child(setname: str, run: str, budget: float, eval_every: int, device: str = 
     if run.startswith("sgpc-"):
         trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate)
         if sgpc_learning_rate is not None:
-            run, extra = f"{run}@{sgpc_learning_rate:g}", {**extra, "learning_rate": sgpc_learning_rate}
+            extra = {**extra, "learning_rate": sgpc_learning_rate}
     elif run.startswith("gpytorch-"):
         trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device, dtype)
     else:
         if device != "cpu" or dtype != "float64":
             raise ValueError("the GPflow runs are CPU/float64 only here")
         trace, extra = run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every)
-    return {"set": setname, "run": run, "N": len(y), "N_test": len(yt), "D": X.shape[1], "C": C, "M": M, "B": B,
+    return {"set": setname, "run": run_name(run, sgpc_learning_rate), "N": len(y), "N_test": len(yt), "D": X.shape[1],
+            "C": C, "M": M, "B": B,
             "budget_s": budget, "eval_every": eval_every, "device": device, "dtype": dtype, "threads": threads,
             "trace": trace, **extra,
             "loadavg_before": load, "loadavg_after": os.getloadavg()}
@@ -426,9 +432,7 @@ def main(argv=None):
                 cmd += ["--sgpc-learning-rate", str(args.sgpc_learning_rate)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
-                named = (f"{run}@{args.sgpc_learning_rate:g}" if args.sgpc_learning_rate is not None
-                         and run.startswith("sgpc-") else run)          # as the child would have named it
-                runs.append({"set": s, "run": named, "error": r.stderr[-3000:]})
+                runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate), "error": r.stderr[-3000:]})
                 print(f"{s} {run}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 continue
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
