@@ -1,6 +1,4 @@
 """SEP: tied sites equal EP with one factor, memory independent of N, minibatch unbiasedness."""
-import copy
-
 import pytest
 import torch
 
@@ -175,66 +173,3 @@ def test_cavity_precision_from_the_tied_sites_precision():
     torch.testing.assert_close(q_state(Model(), TiedSites(state.Lam, state.h)).W, q.W, rtol=0, atol=0)
 
 
-
-
-@pytest.mark.parametrize("log_z", ["local", "tied"])
-@pytest.mark.parametrize("broken", [False, True])
-def test_update_and_loss_is_the_loss_at_the_restored_state_and_the_update_from_it(log_z, broken):
-    # loss first (engine.Capabilities.loss_first): one step's loss is taken at the state before the update (restored
-    # as the update restores it), and update_and_loss forms both from one set of site proposals — the same values,
-    # gradients and new state as restore, then loss and update at the restored state, each proposing for itself.
-    from sgpc.ep import shared_geometry
-    model, X, y = problem(N=20)
-    sep = SEP(log_z=log_z)
-    st = sweeps(sep, model, X[:12], y[:12], 3)
-    if broken:                                                   # improper under the current kernel: restored first
-        st.Lam = st.Lam - 100.0 * torch.eye(st.h.shape[1]).expand_as(st.Lam)
-    Xb, yb, idx = X[4:16], y[4:16], torch.arange(4, 16)
-    summed = []
-
-    def reduce(inc):                                             # what data-parallel training does to the increment
-        summed.append(inc)
-        inc.Lam.mul_(1.5)
-
-    model.zero_grad()
-    new, loss = sep.update_and_loss(model, st, Xb, yb, len(X), idx, geometry=shared_geometry(model, Xb), reduce=reduce)
-    loss.backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    assert len(summed) == 1 and (new.redamped > st.redamped) == broken
-
-    model.zero_grad()
-    restored = sep.restore(model, st)
-    ref_loss = sep.loss(model, restored, Xb, yb, len(X), idx)
-    ref_loss.backward()
-    ref_new = sep.update(model, restored, Xb, yb, len(X), idx, reduce=lambda inc: inc.Lam.mul_(1.5))
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
-    for g, p in zip(grads, model.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-12)
-    for name in ("Lam", "h", "counts"):
-        torch.testing.assert_close(getattr(new, name), getattr(ref_new, name), rtol=1e-12, atol=1e-12)
-    assert (new.step, new.skipped, new.redamped) == (ref_new.step, ref_new.skipped, ref_new.redamped)
-    # and it is not the old order's: the loss at the updated state differs
-    assert abs(float(sep.loss(model, ref_new, Xb, yb, len(X), idx).detach()) - float(loss.detach())) > 1e-6
-
-
-def test_a_fit_takes_each_loss_before_its_update_fused_or_not():
-    # the fit loop's two paths for a loss_first engine give the same fit: update_and_loss (an eager loss evaluated
-    # once), and restore + loss + update (what a compiled loss or L-BFGS's line search gets)
-    from sgpc import train
-    model, X, y = problem(N=30)
-    sep = SEP()
-    runs = []
-    for fuse in (True, False):
-        m = copy.deepcopy(model)
-        st = sep.init(m, X, y, None)
-        losses = []
-        for a in range(0, 30, 10):
-            Xb, yb, idx = X[a:a + 10], y[a:a + 10], torch.arange(a, a + 10)
-            geometry = sep.geometry(m, Xb)
-            st, loss_state, first = train._closed_form_step(sep, m, st, Xb, yb, 30, idx, None, geometry, fuse)
-            assert (first is not None) == fuse and (loss_state is None) == fuse
-            loss = first if fuse else sep.loss(m, loss_state, Xb, yb, 30, idx, geometry=geometry)
-            losses.append(float(loss.detach()))
-        runs.append((losses, st))
-    assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-12)
-    torch.testing.assert_close(runs[0][1].Lam, runs[1][1].Lam, rtol=1e-12, atol=1e-12)

@@ -31,13 +31,6 @@ engine may write the rows of the minibatch into the arrays of the state it is gi
 that shares them: the caller hands the state over (as JAX donates a buffer) and uses only the returned one.
 Engines declare this with ``per_row_state``; everything else in a state is replaced, not mutated.
 
-Loss first. A site method whose loss proposes, for every factor of the minibatch, the very site its closed-form
-update would move the factor to (SEP's "local" reading) declares ``loss_first``: each step takes its loss at the
-state before the update, and ``update_and_loss`` returns both from one set of proposals instead of proposing
-twice (once against the state before the update, once after it). The fit loop then evaluates the loss at the
-restored state and moves on with the updated one; a loss the loop must evaluate apart from the update (a
-compiled loss, L-BFGS's line search) is taken at the same restored state, so the step is the same.
-
 What this module does not do: any maths of a particular method, or choose an engine (``registry`` does).
 """
 from __future__ import annotations
@@ -71,9 +64,6 @@ class Capabilities:
         rescalable: a streamed warm start can adapt the state to new class counts (``rescale``, sep).
         weighted: ``init`` and ``carry`` take row weights (module docstring) and the objective weighs each row
             by its own, exactly as repeating the row (vi, ep, sep, apep and the methods built on them).
-        loss_first: a step takes its loss at the state before the closed-form update, and ``update_and_loss``
-            forms both from one set of site proposals (sep; module docstring: loss first). Otherwise a step
-            updates first and takes its loss at the updated state.
     """
 
     streamable: bool = False
@@ -85,7 +75,6 @@ class Capabilities:
     shared_geometry: bool = False
     rescalable: bool = False
     weighted: bool = False
-    loss_first: bool = False
 
 
 @runtime_checkable
@@ -153,12 +142,6 @@ class Engine:
     def apply(self, model: nn.Module, state, increment, Lk: torch.Tensor | None = None):
         """The step from a (summed) ``increment`` (``capabilities.increment``)."""
         raise NotImplementedError(f"{type(self).__name__} has no additive update (capabilities.increment)")
-
-    def update_and_loss(self, model: nn.Module, state, X: torch.Tensor, y: torch.Tensor, n_total: int,
-                        idx: torch.Tensor | None = None, *, geometry=None, reduce=None):
-        """(``update``'s new state, ``loss`` at ``state``) of one step, from one set of site proposals
-        (``capabilities.loss_first``); ``reduce`` sums an increment over ranks (data-parallel training)."""
-        raise NotImplementedError(f"{type(self).__name__} takes its loss after its update (capabilities.loss_first)")
 
     def natural_parameters(self, model: nn.Module, state) -> list:
         """Parameters of q(u) that ``natural_step`` moves by natural gradient instead of the optimiser (the

@@ -98,8 +98,7 @@ class SEP(Engine):
     estimate of log Z_q the hyper-parameters follow, "local" or "tied" (module docstring)."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(streamable=True, increment=True, closed_form_update=True,
-                                                        shared_geometry=True, rescalable=True, weighted=True,
-                                                        loss_first=True)
+                                                        shared_geometry=True, rescalable=True, weighted=True)
     factor: str = "pairwise"
     damping: float = 0.5
     decay: float = 0.99
@@ -215,12 +214,7 @@ class SEP(Engine):
         fac = self.factors(model, y)
         Lk = model.chol_Kuu() if Lk is None else Lk
         V, s = directions(model, X, Lk) if Vs is None else Vs
-        return self._increment(model, state, fac, V, self._local_sites(model, state, fac, Lk, V, s, Pb), idx)
-
-    def _increment(self, model: SparseGP, state: SEPState, fac: Factors, V: torch.Tensor,
-                   proposal: tuple[torch.Tensor, torch.Tensor, torch.Tensor], idx) -> SEPIncrement:
-        """``increment`` from the sites proposed for the factors ``fac`` along V [L,B,M] (``_local_sites``)."""
-        c1, c2, ok = proposal
+        c1, c2, ok = self._local_sites(model, state, fac, Lk, V, s, Pb)
         L = model.n_latent
         w = rows_of(state.w, idx)
         d1, d2 = per_latent(c1, fac.latent, L, w), per_latent(c2, fac.latent, L, w)
@@ -287,10 +281,28 @@ class SEP(Engine):
         """−log Z_q estimate on the minibatch (eq. 12), gradient as eq. (62); ``log_z`` picks the reading;
         ``geometry``: this step's ``geometry(model, X)`` at the current parameters, if the caller formed it. Each
         row's terms count w_i times (its weight, from the rows ``idx``)."""
-        if self.log_z == "local":
-            return self._local_loss(model, state, X, y, n_total, idx, geometry)[0]
         fac = self.factors(model, y)
         w = rows_of(state.w, idx)
+        if self.log_z == "local":
+            sites = TiedSites(state.Lam, state.h)
+            Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)   # differentiable, eq. (62)
+            P, b = whitened_precision(Lk, sites)                        # differentiable: the global term
+            LP = cholesky(P, jitter=0.0, what="EP posterior precision")
+            with torch.no_grad():
+                Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
+                c1, c2, _ = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
+                q = q_from_precision(Lkd, *Pb, LP=LP.detach())
+            R = V @ q.W                                                  # Wᵀv, differentiable in V: log_Zq's too
+            s_cc = sum_sq(R)                                             # vᵀSv [L,B], differentiable: log_Zq's too
+            with torch.no_grad():
+                # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
+                # tied site has absorbed it): removing it would leave a cavity with a huge or negative
+                # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
+                s_q = gather(s_cc.detach(), fac.latent)
+                keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
+                c1, c2 = c1 * keep, c2 * keep
+            return -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
+                           LPb=(LP, b), R=R, current=True, weight=w, s_cc=s_cc)
         sites = TiedSites(state.Lam, state.h)
         Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
         P, b = whitened_precision(Lk, sites)
@@ -309,55 +321,6 @@ class SEP(Engine):
         else:                                                                 # each row's terms w_i times
             local = (w * (logZ.sum(-1) + gterms.sum((-2, -1)))).sum()
         return -(global_term + (n_total / X.shape[0]) * local)
-
-    def _local_loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx, geometry
-                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """``loss`` with ``log_z="local"``, and the sites it proposed for the minibatch's factors (c1, c2, ok of
-        ``_local_sites``: what ``increment`` would propose at this state)."""
-        fac = self.factors(model, y)
-        w = rows_of(state.w, idx)
-        sites = TiedSites(state.Lam, state.h)
-        Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)   # differentiable, eq. (62)
-        P, b = whitened_precision(Lk, sites)                        # differentiable: the global term
-        LP = cholesky(P, jitter=0.0, what="EP posterior precision")
-        with torch.no_grad():
-            Vd, Lkd, Pb = V.detach(), Lk.detach(), (P.detach(), b.detach())
-            proposal = self._local_sites(model, state, fac, Lkd, Vd, s.detach(), Pb)
-            q = q_from_precision(Lkd, *Pb, LP=LP.detach())
-        R = V @ q.W                                                  # Wᵀv, differentiable in V: log_Zq's too
-        s_cc = sum_sq(R)                                             # vᵀSv [L,B], differentiable: log_Zq's too
-        with torch.no_grad():
-            # a site proposed against the SEP cavity need not be in q yet (early in a fit, before the
-            # tied site has absorbed it): removing it would leave a cavity with a huge or negative
-            # variance along v and the estimate meaningless. Such a factor keeps q as its cavity.
-            c1, c2, _ = proposal
-            s_q = gather(s_cc.detach(), fac.latent)
-            keep = ((c1 * s_q) < REMOVABLE).all(-1, keepdim=True)
-            c1, c2 = c1 * keep, c2 * keep
-        loss = -log_Zq(model, sites, fac, X, Vd, c1, c2, 1.0, n_total / X.shape[0], Lk=Lk, q=q, Vs=(V, s),
-                       LPb=(LP, b), R=R, current=True, weight=w, s_cc=s_cc)
-        return loss, proposal
-
-    def update_and_loss(self, model: SparseGP, state: SEPState, X, y, n_total: int, idx=None, *, geometry=None,
-                        reduce: Callable[[SEPIncrement], object] | None = None) -> tuple[SEPState, torch.Tensor]:
-        """One step's ``loss`` at ``state`` (restored as ``update`` restores it) and its ``update``, from one set of
-        site proposals (``capabilities.loss_first``): the loss's "local" reading proposes for every factor of the
-        minibatch the site SEP would move it to, which is the increment. Returns (the updated state, the loss);
-        the same as ``restore``, then ``loss`` and ``update`` at the restored state, with half the proposals.
-        ``geometry`` as in ``loss`` (differentiable); ``reduce`` as in ``update``."""
-        Lk, V, s = geometry if geometry is not None else fresh_geometry(model, X)
-        Lkd = Lk.detach()
-        with torch.no_grad():
-            state, P0, b0 = self._restore(state, Lkd)
-        if self.log_z != "local":
-            loss = self.loss(model, state, X, y, n_total, idx, geometry=(Lk, V, s))
-            return self.update(model, state, X, y, n_total, idx, geometry=(Lk, V, s), reduce=reduce), loss
-        loss, proposal = self._local_loss(model, state, X, y, n_total, idx, (Lk, V, s))
-        with torch.no_grad():
-            inc = self._increment(model, state, self.factors(model, y), V.detach(), proposal, idx)
-            if reduce is not None:
-                reduce(inc)
-            return self.apply(model, state, inc, Lkd, restored=True, P0=P0), loss
 
     @torch.no_grad()
     def posterior(self, model: SparseGP, state: SEPState) -> InducingPosterior:

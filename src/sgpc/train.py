@@ -350,33 +350,8 @@ class _Diverged(ArithmeticError):
 _MAX_REJECTED = 20      # consecutive rejected steps (learning rates halved each time) before giving up
 
 
-def _closed_form_step(engine: Engine, model: nn.Module, state, Xb, yb, N: int, idx, comm, geometry, fuse: bool):
-    """A step's closed-form update and the state its loss is taken at: (the updated state, the loss's state, the
-    loss already formed or None).
-
-    An engine that updates first (most) takes its loss at the updated state. One that declares ``loss_first`` takes
-    it at the state before the update (restored, as its update restores it): with ``fuse`` (an eager loss that the
-    optimiser evaluates once) ``update_and_loss`` forms the loss and the update from one set of site proposals;
-    otherwise (a compiled loss, L-BFGS's line search) the loss is left to the optimiser's evaluations at that state.
-    ``comm``: data-parallel training (the increment summed over ranks before the update)."""
-    if not engine.capabilities.loss_first:
-        new = engine.update(model, state, Xb, yb, N, idx, geometry=geometry) if comm is None else \
-            comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
-        return new, new, None
-    if fuse:
-        new, loss = engine.update_and_loss(model, state, Xb, yb, N, idx, geometry=geometry,
-                                           reduce=None if comm is None else comm.reduce_increment)
-        return new, None, loss
-    with torch.no_grad():
-        state = engine.restore(model, state, None if geometry is None else geometry[0].detach())
-    new = engine.update(model, state, Xb, yb, N, idx, geometry=geometry) if comm is None else \
-        comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
-    return new, state, None
-
-
 def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extractor=None,
-          geometry=None, natural=(), prior=None, per_datum: float | None = None,
-          first_loss: torch.Tensor | None = None) -> torch.Tensor:
+          geometry=None, natural=(), prior=None, per_datum: float | None = None) -> torch.Tensor:
     """One optimiser step on the minibatch; returns the per-datum loss (before the step): the loss divided by
     ``per_datum``, the rows' total weight (N when None). ``loss_fn``: the engine's ``loss`` or its compiled form.
 
@@ -388,10 +363,8 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
     line search's later ones are at other parameters). ``natural``: parameters outside the optimiser whose
     gradients the same backward pass fills (q(u) under natural gradients, ``Engine.natural_step``). ``prior``: a
     ``hyperprior.LogNormalPrior`` whose −log density is added to the loss (once per step: a data-parallel rank
-    adds its weight's share). ``first_loss``: the loss of the first evaluation, already formed at these parameters
-    (``_closed_form_step``), or None; later evaluations form their own at ``state``."""
+    adds its weight's share)."""
     shared = [geometry]
-    first = [] if first_loss is None else [first_loss]
     replay = None
     if extractor is not None and isinstance(opt, torch.optim.LBFGS):
         replay = ([b.detach().clone() for b in extractor.buffers()], torch.get_rng_state())
@@ -405,8 +378,7 @@ def _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params, extr
         opt.zero_grad(set_to_none=True)
         for p in natural:
             p.grad = None
-        shared_geometry = shared.pop() if shared else None
-        loss = first.pop() if first else loss_fn(model, state, Xb, yb, N, idx, geometry=shared_geometry)
+        loss = loss_fn(model, state, Xb, yb, N, idx, geometry=shared.pop() if shared else None)
         if prior is not None:
             loss = loss + prior.neg_log_density(model.kernel)
         loss = loss / (N if per_datum is None else per_datum)
@@ -828,13 +800,14 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
             if comm is not None:     # this rank's shard of the global minibatch; loss weight |B_r|/|B| (distributed)
                 Xb, yb, idx, weight = comm.shard(Xb, yb, idx)
             geometry = engine.geometry(model, Xb) if share_geometry else None
-            state, loss_state, first_loss = _closed_form_step(engine, model, state, Xb, yb, N, idx, comm, geometry,
-                                                              fuse=settings.compile is None
-                                                              and settings.optimizer != "lbfgs")
+            if comm is None:
+                state = engine.update(model, state, Xb, yb, N, idx, geometry=geometry)
+            else:
+                state = comm.update(engine, model, state, Xb, yb, N, idx, geometry=geometry)
             write_constants(model, engine, state)
             before = guard.snapshot()
-            per_datum_loss = _step(opt, loss_fn, model, loss_state, Xb, yb, N, idx, comm, weight, params + natural,
-                                   extractor, geometry, natural, prior, per_datum, first_loss)
+            per_datum_loss = _step(opt, loss_fn, model, state, Xb, yb, N, idx, comm, weight, params + natural,
+                                   extractor, geometry, natural, prior, per_datum)
             if natural:
                 state = engine.natural_step(model, state, per_datum)
             if z_scale is not None and z_index is not None:
