@@ -108,7 +108,8 @@ def test_the_default_optimizer_is_the_methods_in_full_batch_and_adam_for_minibat
     assert optimizer_of(GPClassifier(method="vi").get_params()) == "adam"
     assert optimizer_of(GPClassifier(optimizer="lbfgs").get_params()) == "lbfgs"
     assert resolve(GPClassifier().get_params())["kernel_params"]["prior_scale"] == 2.0
-    assert resolve(GPClassifier(method="sep").get_params())["kernel_params"]["prior_scale"] is None
+    assert resolve(GPClassifier(method="sep").get_params())["kernel_params"]["prior_scale"] == 2.0   # full batch
+    assert resolve(GPClassifier(method="sep", batch_size=64).get_params())["kernel_params"]["prior_scale"] is None
     for method in ("gfitc", "rmgpc", "smgpc"):       # ep's full-batch fit (registry._EP_FIT)
         p = resolve(GPClassifier(method=method).get_params())
         assert optimizer_of(GPClassifier(method=method).get_params()) == "rprop"

@@ -30,7 +30,7 @@ from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe,
-                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
+                       fit_default, likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
                        optimizer_of, tol_of)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
@@ -239,20 +239,32 @@ def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False)
 
 
 def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = False) -> dict:
-    """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``), and
-    with the learning rate (``AUTO_MINIBATCH_LEARNING_RATE`` for its minibatches, unless given), optimizer, tol and
-    max_iter that depend on it (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``)
-    derived again.
+    """``p`` with batch_size "auto" resolved for N rows of D features and C classes (``AUTO_MINIBATCH_WORK``):
+    ``with_batch_size``.
     ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     if p["batch_size"] != "auto":
         return p
     # a hybrid model (feature extractor) keeps the full batch unless its batch size is given, as before "auto"
     minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
                              and p["feature_extractor"] is None and _large(p, N, D, C))
-    given = {**est.get_params(deep=False), "batch_size": min(AUTO_BATCH_SIZE, N) if minibatch else None}
+    return with_batch_size(est, p, min(AUTO_BATCH_SIZE, N) if minibatch else None)
+
+
+def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
+    """``p`` (of batch_size "auto") with the batch size "auto" chose, ``batch_size`` (None: the full batch), and with
+    the settings that depend on it derived again: the learning rate (``AUTO_MINIBATCH_LEARNING_RATE`` in minibatches,
+    unless given), optimizer, tol and max_iter (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``), and the
+    method's hyper-parameter prior and whether it learns the inducing inputs (``registry.fit_default``), unless given.
+    ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
+    given = {**est.get_params(deep=False), "batch_size": batch_size}
+    minibatch = batch_size is not None
     rate = AUTO_MINIBATCH_LEARNING_RATE if minibatch and given["learning_rate"] is None else p["learning_rate"]
-    return {**p, "batch_size": given["batch_size"], "learning_rate": rate, "optimizer": optimizer_of(given),
-            "tol": tol_of(given), "max_iter": max_iter_of(given)}
+    kernel = {**p["kernel_params"], "prior_scale": fit_default(given, "prior_scale"),
+              **{k: v for k, v in (given["kernel_params"] or {}).items() if k == "prior_scale"}}
+    inducing = {**p["inducing_params"], "learn": fit_default(given, "learn_inducing"),
+                **{k: v for k, v in (given["inducing_params"] or {}).items() if k == "learn"}}
+    return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": optimizer_of(given),
+            "tol": tol_of(given), "max_iter": max_iter_of(given), "kernel_params": kernel, "inducing_params": inducing}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:
@@ -535,6 +547,9 @@ def restore(est, d: dict, path="the model file") -> None:
             raise ModelFileError(f"{path} is damaged: it was fitted with method='auto' but does not say which "
                                  f"method that chose ({name!r}; expected one of {sorted(METHODS)})")
         p = settings(with_method(est, name))
+    if p["batch_size"] == "auto" and "batch_size" in d:    # the batch size it chose (older files lack it)
+        p = with_batch_size(with_method(est, p["method"]), p, d["batch_size"])
+        est.batch_size_ = p["batch_size"]
     if p["dtype"] == "auto":              # the precision the model was fitted in (``model_payload``)
         name = d.get("dtype")
         if name not in DTYPES:

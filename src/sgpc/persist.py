@@ -184,6 +184,8 @@ def model_payload(est, params: dict) -> dict:
         "posterior": {"mean": est.posterior_.mean.detach().cpu(), "chol": est.posterior_.chol.detach().cpu()},
         "history": est.history_, "n_iter": int(est.n_iter_), "dtype": str(est.dtype_),
         "method": str(getattr(est, "method_", est.method)),       # what method="auto" chose
+        # what batch_size="auto" chose (None: the full batch)
+        "batch_size": None if getattr(est, "batch_size_", None) is None else int(est.batch_size_),
         "warm_started": bool(getattr(est, "warm_started_", False)),
         "diagnostics": {"at_prior": bool(getattr(est, "at_prior_", False)),
                         "stalled": bool(getattr(est, "stalled_", False)),

@@ -19,7 +19,7 @@ What this module does not do: validate parameter values (the estimator and the e
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -89,6 +89,9 @@ class Method:
             ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam"),
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
+        full_batch_fit: those of the defaults above that differ in a full-batch fit, by name (``fit_default``):
+            "sep" fits the full batch as "ep" does, but with Adam (docs/design-notes.md, 'method="sep" chosen
+            explicitly').
         auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
             (``fitting.resolve_dtype``): set where the suite measured float32 at the same test NLL in less time
             (docs/design-notes.md); the others keep float64, unmeasured or (the ``vi`` engine) slower in it.
@@ -114,6 +117,7 @@ class Method:
     optimizer: str = "adam"
     prior_scale: float | None = None
     tol: float = 1e-4
+    full_batch_fit: dict = field(default_factory=dict)
     auto_float32: bool = False
     epsilon_in_objective: bool = True
 
@@ -141,7 +145,8 @@ METHODS: dict[str, Method] = {
     "sep": Method(SEP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p), "log_z": o["sep_log_z"]},
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
-                  binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False),
+                  binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False,
+                  full_batch_fit=dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)),
     "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
                     _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
@@ -397,8 +402,8 @@ def describe(value) -> object:
 OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: method_entry(p).options,
     "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
-    "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": method_entry(p).prior_scale},
-    "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": method_entry(p).learn_inducing},
+    "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": fit_default(p, "prior_scale")},
+    "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": fit_default(p, "learn_inducing")},
     "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
 
@@ -410,7 +415,7 @@ def resolve(params: dict) -> dict:
     rate = params.get("learning_rate")
     return {**params, **{group: {**declared(params), **(params[group] or {})}
                          for group, declared in OPTION_GROUPS.items()},
-            "learning_rate": method_entry(params).learning_rate if rate is None else rate,
+            "learning_rate": fit_default(params, "learning_rate") if rate is None else rate,
             "optimizer": optimizer_of(params), "tol": tol_of(params), "max_iter": max_iter_of(params)}
 
 
@@ -443,7 +448,17 @@ def tol_of(params: dict) -> float | None:
     (``Method.tol``) in a full-batch fit and 1e-4 with minibatches."""
     if params.get("tol", "auto") != "auto":
         return params["tol"]
-    return method_entry(params).tol if _full_batch(params) else 1e-4
+    return fit_default(params, "tol") if _full_batch(params) else 1e-4
+
+
+def fit_default(params: dict, name: str):
+    """The default ``name`` ("learning_rate", "learn_inducing", "prior_scale", "tol") of the method these estimator
+    parameters stand for: its ``Method.full_batch_fit`` value in a full-batch fit where it has one, else the
+    ``Method``'s attribute."""
+    entry = method_entry(params)
+    if _full_batch(params) and name in entry.full_batch_fit:
+        return entry.full_batch_fit[name]
+    return getattr(entry, name)
 
 
 # max_iter="auto": the step ceiling of a full-batch fit and of a minibatch one (docs/design-notes.md, "A stopping
