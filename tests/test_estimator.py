@@ -581,7 +581,7 @@ def test_defaults_are_the_ones_the_suite_chose(iris):
     assert [fitting.inducing_count({"n_inducing": "auto"}, n, 1) for n in (10, 100, 400, 799, 5000)] == \
         [10, 30, 50, 99, 100]
     # the method's defaults, not ep's, for another method; what is given explicitly wins
-    vi = fitting.settings(GPClassifier(method="vi"))
+    vi = fitting.settings(GPClassifier(method="vi", likelihood="softmax"))
     assert vi["learning_rate"] == 0.01 and vi["inducing_params"]["learn"] is True
     given = fitting.settings(GPClassifier(learning_rate=0.02, inducing_params={"learn": True}))
     assert given["learning_rate"] == 0.02 and given["inducing_params"]["learn"] is True
@@ -718,6 +718,38 @@ def test_an_explicit_sep_fits_the_full_batch_as_ep_does_but_on_adam_and_its_mini
     assert back.batch_size_ == 64 and back._fitted_as_ == auto._fitted_as_
     back.set_params(warm_start=True).fit(X, y)
     assert back.warm_started_
+
+
+def test_vi_learns_robust_max_epsilon_and_fits_its_full_batch_as_sep_does():
+    """``registry.METHODS["vi"]``: ε learned with robust-max (full batch and minibatches), and the full-batch fit of
+    sep (Adam at 0.05, k-means inducing inputs kept, the prior of scale 2, tol 3e-4) with robust-max only
+    (docs/design-notes.md, '`vi` with robust-max: ε learned'); the additive-noise likelihoods keep the old defaults."""
+    from sgpc import registry
+
+    def defaults(**kw):
+        p = registry.resolve(GPClassifier(method="vi", **kw).get_params())
+        return p["learning_rate"], p["inducing_params"]["learn"], p["kernel_params"]["prior_scale"], p["tol"], \
+            p["likelihood_params"].get("learn_epsilon")
+    assert defaults() == (0.05, False, 2.0, 3e-4, True)
+    assert defaults(batch_size=64) == (0.01, True, None, 1e-4, True)
+    assert defaults(likelihood="softmax") == (0.01, True, None, 1e-4, None)
+    assert defaults(likelihood_params={"learn_epsilon": False}) == (0.05, False, 2.0, 3e-4, False)
+    for method in ("arpep", "rpapep", "bsvm"):              # the same engine, not measured: their own defaults
+        p = registry.resolve(GPClassifier(method=method).get_params())
+        assert (p["learning_rate"], p["inducing_params"]["learn"], p["likelihood_params"].get("learn_epsilon")) \
+            in ((0.01, True, False), (0.01, True, None))
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(150, 3))
+    y = np.argmax(X + 0.8 * rng.normal(size=(150, 3)), 1)        # overlapping classes
+    kw = dict(method="vi", n_inducing=10, max_iter=20, random_state=0, dtype="float64")
+    fit = GPClassifier(**kw).fit(X, y)
+    spelled = GPClassifier(**kw, learning_rate=0.05, inducing_params={"learn": False}, kernel_params={"prior_scale": 2.0},
+                           tol=3e-4, likelihood_params={"learn_epsilon": True}).fit(X, y)
+    assert fit.history_["objective"] == spelled.history_["objective"]
+    assert not fit.model_.Z.requires_grad and fit.model_.likelihood.raw_epsilon.requires_grad
+    assert float(fit.model_.likelihood.epsilon) != pytest.approx(1e-3, rel=1e-3)    # it moved
+    minibatch = GPClassifier(**kw, batch_size=50).fit(X, y)
+    assert minibatch.model_.Z.requires_grad and minibatch.model_.likelihood.raw_epsilon.requires_grad
 
 
 def test_batch_size_auto_minibatches_a_stream_and_bad_batch_sizes_are_named(tmp_path):

@@ -32,6 +32,23 @@ def test_density_is_the_log_normal_formula_and_zero_at_its_centre():
     assert float(prior.neg_log_density(k)) == pytest.approx(brute, rel=1e-12)
 
 
+def test_recentred_is_the_prior_around_other_values_and_refuses_a_mismatch():
+    # what a resumed fit rebuilds from its checkpoint's centres (train.fit)
+    k = _kernel()
+    first = LogNormalPrior.around(k, 2.0)
+    with torch.no_grad():
+        k.raw_lengthscale.add_(0.3)
+        k.raw_variance.add_(-0.2)
+    moved = LogNormalPrior.around(k, 2.0)
+    back = moved.recentred([c for _, _, c in first.centres])
+    assert float(back.neg_log_density(k)) == float(first.neg_log_density(k)) > 0.0
+    assert float(moved.neg_log_density(k)) == 0.0
+    with pytest.raises(ValueError, match="centres do not match"):
+        moved.recentred([c for _, _, c in first.centres][:1])
+    with pytest.raises(ValueError, match="centres do not match"):
+        moved.recentred([c[..., :1] for _, _, c in first.centres])
+
+
 def test_gradient_matches_finite_differences():
     k = _kernel()
     prior = LogNormalPrior.around(k, 0.7)

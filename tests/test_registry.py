@@ -245,9 +245,12 @@ def test_option_defaults_are_the_documented_ones():
     fits = {name: (m.optimizer, m.prior_scale, m.learning_rate, m.learn_inducing, m.tol) for name, m in METHODS.items()}
     assert {name: fit for name, fit in fits.items() if fit != ("adam", None, 0.01, True, 1e-4)} \
         == {"ep": ep_fit, "gfitc": ep_fit, "rmgpc": ep_fit, "smgpc": ep_fit}
-    # sep fits the full batch as ep does, but on Adam (Rprop's sign steps did not settle SEP's objective)
-    assert {name: m.full_batch_fit for name, m in METHODS.items() if m.full_batch_fit} == \
-        {"sep": dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)}
+    # sep, and vi with robust-max, fit the full batch as ep does, but on Adam (Rprop's sign steps did not settle
+    # SEP's objective); vi learns robust-max's epsilon
+    adam_fit = dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)
+    assert {name: (m.full_batch_fit, m.full_batch_likelihoods) for name, m in METHODS.items() if m.full_batch_fit} == \
+        {"sep": (adam_fit, None), "vi": (adam_fit, ("robustmax",))}
+    assert [name for name, m in METHODS.items() if m.learn_epsilon] == ["vi"]
     assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
     assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 

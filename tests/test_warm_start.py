@@ -155,9 +155,9 @@ def test_saved_model_keeps_its_row_keys(tmp_path):
 @pytest.mark.parametrize("change", [dict(kernel="matern52"), dict(kernel_params={"latent_noise": None}),
                                     dict(kernel_params={"shared_kernel": True}),
                                     dict(inducing_params={"shared": True}), dict(dtype="float32"),
-                                    dict(inducing_params={"learn": False}),
-                                    dict(likelihood_params={"learn_epsilon": True}),
-                                    dict(likelihood_params={"epsilon": 0.05})])
+                                    dict(inducing_params={"learn": True}),          # vi's full batch: False
+                                    dict(likelihood_params={"learn_epsilon": False}),  # vi: True
+                                    dict(likelihood_params={"epsilon": 0.05, "learn_epsilon": False})])
 def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change, tmp_path):
     # a warm start used to keep the old kernel (the file then named the new one: load built a Matérn from RBF
     # weights, probabilities off by 0.29), made unloadable files (latent noise, sharing), crashed (dtype) or
@@ -171,7 +171,7 @@ def test_a_structural_change_starts_afresh_and_the_saved_file_rebuilds_it(change
     est.save(tmp_path / "m.pt")
     loaded = GPClassifier.load(tmp_path / "m.pt")
     np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
-    assert est.model_.Z.requires_grad == (est.inducing_params or {}).get("learn", True)
+    assert est.model_.Z.requires_grad == (est.inducing_params or {}).get("learn", False)
 
 
 def test_initial_values_and_engine_settings_do_not_stop_a_warm_start():
@@ -215,12 +215,25 @@ def test_a_resumed_warm_start_equals_the_uninterrupted_one_on_small_scale_featur
     X, y = _blobs(10)
     X = X * 0.01
     ck = str(tmp_path / "ck.pt")
+    # the same held for the hyper-parameter prior's centres (vi's full-batch default has the prior): |ΔP| = 9e-4
     base = dict(method="vi", n_inducing=5, random_state=0, learning_rate=0.05)
+    assert fitting_prior_scale(base) == 2.0
     start = lambda: GPClassifier(max_iter=5, **base).fit(X, y)
     whole = start().set_params(warm_start=True, max_iter=8).fit(X, y)
     cut = start().set_params(warm_start=True, max_iter=4).fit(X, y, checkpoint_path=ck, checkpoint_every=4)
+    first_part = torch.load(ck, weights_only=True)
     cut.set_params(max_iter=8).fit(X, y, checkpoint_path=ck, checkpoint_every=4, resume=True)
     np.testing.assert_array_equal(cut.predict_proba(X), whole.predict_proba(X))
+    # and a new estimator (another process) resuming the warm-started fit's checkpoint
+    torch.save(first_part, ck)
+    anew = GPClassifier(max_iter=8, warm_start=True, **base).fit(X, y, checkpoint_path=ck, checkpoint_every=4,
+                                                                 resume=True)
+    np.testing.assert_array_equal(anew.predict_proba(X), whole.predict_proba(X))
+
+
+def fitting_prior_scale(params: dict):
+    from sgpc import fitting
+    return fitting.settings(GPClassifier(**params))["kernel_params"]["prior_scale"]
 
 
 def test_damaged_checkpoints_and_model_files_are_refused_clearly(tmp_path):

@@ -263,8 +263,13 @@ def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
               **{k: v for k, v in (given["kernel_params"] or {}).items() if k == "prior_scale"}}
     inducing = {**p["inducing_params"], "learn": fit_default(given, "learn_inducing"),
                 **{k: v for k, v in (given["inducing_params"] or {}).items() if k == "learn"}}
+    likelihood = p["likelihood_params"]
+    if "learn_epsilon" in likelihood:
+        likelihood = {**likelihood, "learn_epsilon": fit_default(given, "learn_epsilon"),
+                      **{k: v for k, v in (given["likelihood_params"] or {}).items() if k == "learn_epsilon"}}
     return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": optimizer_of(given),
-            "tol": tol_of(given), "max_iter": max_iter_of(given), "kernel_params": kernel, "inducing_params": inducing}
+            "tol": tol_of(given), "max_iter": max_iter_of(given), "kernel_params": kernel, "inducing_params": inducing,
+            "likelihood_params": likelihood}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:

@@ -89,9 +89,11 @@ class Method:
             ``inducing_params["learn"]``, ``optimizer=None`` in a full-batch fit (minibatches: "adam"),
             ``kernel_params["prior_scale"]`` (``hyperprior``; None: no prior, ML-II) and ``tol="auto"`` in a
             full-batch fit (minibatches: 1e-4) — chosen by the real-data suite, docs/suite.md, where it measured them.
-        full_batch_fit: those of the defaults above that differ in a full-batch fit, by name (``fit_default``):
-            "sep" fits the full batch as "ep" does, but with Adam (docs/design-notes.md, 'method="sep" chosen
-            explicitly').
+        learn_epsilon: the default of ``likelihood_params["learn_epsilon"]`` with the robust-max likelihood.
+        full_batch_fit: those of the defaults above that differ in a full-batch fit, by name (``fit_default``),
+            with the likelihoods in full_batch_likelihoods (None: any). "sep" fits the full batch as "ep" does, but
+            with Adam (docs/design-notes.md, 'method="sep" chosen explicitly'); so does "vi" with the robust-max
+            likelihood, whose ε it learns ('`vi` with robust-max: ε learned').
         auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
             (``fitting.resolve_dtype``): set where the suite measured float32 at the same test NLL in less time
             (docs/design-notes.md); the others keep float64, unmeasured or (the ``vi`` engine) slower in it.
@@ -117,7 +119,9 @@ class Method:
     optimizer: str = "adam"
     prior_scale: float | None = None
     tol: float = 1e-4
+    learn_epsilon: bool = False
     full_batch_fit: dict = field(default_factory=dict)
+    full_batch_likelihoods: tuple[str, ...] | None = None
     auto_float32: bool = False
     epsilon_in_objective: bool = True
 
@@ -133,11 +137,14 @@ _VI_LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 # the suite (README's defaults table); for the other three measured at 1 000 rows x 5 classes and on five small
 # suite sets (docs/design-notes.md, "The function-space EP engines' fit")
 _EP_FIT = dict(learning_rate=0.05, learn_inducing=False, optimizer="rprop", prior_scale=2.0, tol=3e-4)
+# ... and with Adam, the full-batch fit of sep and of vi with robust-max (docs/design-notes.md)
+_EP_FIT_ADAM = dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)
 
 METHODS: dict[str, Method] = {
     "vi": Method(VI, lambda o, p: {"natgrad_lr": o["natgrad_lr"]}, _takes(METHOD_OPTIONS, "natgrad_lr"),
                  _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
-                 "free Gaussian q(u), ELBO; any likelihood"),
+                 "free Gaussian q(u), ELBO; any likelihood", learn_epsilon=True, full_batch_fit=_EP_FIT_ADAM,
+                 full_batch_likelihoods=("robustmax",)),
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
@@ -146,7 +153,7 @@ METHODS: dict[str, Method] = {
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
                   binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False,
-                  full_batch_fit=dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)),
+                  full_batch_fit=_EP_FIT_ADAM),
     "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
                     _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
@@ -401,11 +408,18 @@ def describe(value) -> object:
 # the estimator parameter of each group of options -> what declares the keys it takes, from the parameters
 OPTION_GROUPS: dict[str, Callable[[dict], dict]] = {
     "method_params": lambda p: method_entry(p).options,
-    "likelihood_params": lambda p: LIKELIHOODS[likelihood_name(p)].options,
+    "likelihood_params": lambda p: _likelihood_options(p),
     "kernel_params": lambda p: {**KERNEL_OPTIONS, "prior_scale": fit_default(p, "prior_scale")},
     "inducing_params": lambda p: {**INDUCING_OPTIONS, "learn": fit_default(p, "learn_inducing")},
     "optimizer_params": lambda p: OPTIMIZER_OPTIONS,
 }
+
+
+def _likelihood_options(p: dict) -> dict:
+    """The options the likelihood takes, with the method's default for ``learn_epsilon`` where it takes that
+    (``fit_default``)."""
+    options = LIKELIHOODS[likelihood_name(p)].options
+    return {**options, "learn_epsilon": fit_default(p, "learn_epsilon")} if "learn_epsilon" in options else options
 
 
 def resolve(params: dict) -> dict:
@@ -452,11 +466,12 @@ def tol_of(params: dict) -> float | None:
 
 
 def fit_default(params: dict, name: str):
-    """The default ``name`` ("learning_rate", "learn_inducing", "prior_scale", "tol") of the method these estimator
+    """The default ``name`` ("learning_rate", "learn_inducing", "prior_scale", "tol", "learn_epsilon") of the method these estimator
     parameters stand for: its ``Method.full_batch_fit`` value in a full-batch fit where it has one, else the
     ``Method``'s attribute."""
     entry = method_entry(params)
-    if _full_batch(params) and name in entry.full_batch_fit:
+    if _full_batch(params) and name in entry.full_batch_fit and (
+            entry.full_batch_likelihoods is None or likelihood_name(params) in entry.full_batch_likelihoods):
         return entry.full_batch_fit[name]
     return getattr(entry, name)
 

@@ -765,6 +765,13 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
         if "z_scale" in resumed.checkpoint:      # the inducing step scale of the fit's start (a warm start's model)
             zs = resumed.checkpoint["z_scale"]
             z_scale = None if zs is None else zs.to(model.Z.device, model.Z.dtype)
+        if prior is not None and resumed.checkpoint.get("prior_centres") is not None:
+            # the prior's centres are the values the fit started from: a warm start's, which the estimator resuming
+            # it may no longer hold (it moved on, or it is a new one)
+            try:
+                prior = prior.recentred(resumed.checkpoint["prior_centres"])
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(f"checkpoint {settings.checkpoint_path} is damaged: {exc}") from None
     batches = _batch_source(X, y, settings, generator, model.Z, buffer_blocks, resumed)
     t0 = time.perf_counter() - (history.time[-1] if history.time else 0.0)
     bar = _progress_bar(settings, n_steps, start, engine)
@@ -867,6 +874,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
                 "optimizer": opt.state_dict(), "generator": generator.get_state(),
                 "history": history.as_dict(), **guard.state_dict(),
                 "torch_rng": torch.get_rng_state(), "z_scale": z_scale, "convergence": rule.state_dict(),
+                "prior_centres": None if prior is None else [c for _, _, c in prior.centres],
                 **({"stream": batches.batches.state_dict()} if y is None else {"batches": batches.state_dict()}),
             })
         if stop:
