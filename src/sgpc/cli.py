@@ -170,7 +170,7 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep, gfitc, "
-           "rmgpc, smgpc and a full-batch sep or robust-max vi fit, 0.01 for the others; 0.05 for --batch-size auto's minibatches)",
+           "rmgpc, smgpc and a full-batch robust-max vi fit, 0.1 for a full-batch sep fit, 0.01 for the others; 0.05 for --batch-size auto's minibatches)",
            dict(type=float, metavar="LR")),
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),

@@ -113,7 +113,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.Method.optimizer``: "rprop" for "gfitc", "rmgpc", "smgpc" and a full-batch "ep" fit;
             "adam" for the others and for minibatches). learning_rate: step size (Rprop: the initial one); None:
             the method's default (``registry.Method.learning_rate``: 0.05 for "ep", "gfitc", "rmgpc", "smgpc" and a
-            full-batch "sep" fit, or "vi" fit with robust-max, 0.01 for the others), and 0.05 in the minibatches that batch_size="auto" chooses
+            full-batch "vi" fit with robust-max, 0.1 for a full-batch "sep" fit, 0.01 for the others), and 0.05 in the minibatches that batch_size="auto" chooses
             (``fitting.AUTO_MINIBATCH_LEARNING_RATE``).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
