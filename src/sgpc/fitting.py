@@ -30,8 +30,8 @@ from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe,
-                       fit_default, likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
-                       optimizer_of, tol_of)
+                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
+                       optimizer_of, resolve, tol_of)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
@@ -259,14 +259,11 @@ def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
     given = {**est.get_params(deep=False), "batch_size": batch_size}
     minibatch = batch_size is not None
     rate = AUTO_MINIBATCH_LEARNING_RATE if minibatch and given["learning_rate"] is None else p["learning_rate"]
-    kernel = {**p["kernel_params"], "prior_scale": fit_default(given, "prior_scale"),
-              **{k: v for k, v in (given["kernel_params"] or {}).items() if k == "prior_scale"}}
-    inducing = {**p["inducing_params"], "learn": fit_default(given, "learn_inducing"),
-                **{k: v for k, v in (given["inducing_params"] or {}).items() if k == "learn"}}
-    likelihood = p["likelihood_params"]
-    if "learn_epsilon" in likelihood:
-        likelihood = {**likelihood, "learn_epsilon": fit_default(given, "learn_epsilon"),
-                      **{k: v for k, v in (given["likelihood_params"] or {}).items() if k == "learn_epsilon"}}
+    fresh = resolve(given)    # the option groups' defaults for this batch size, the dicts given on top
+    kernel = {**p["kernel_params"], "prior_scale": fresh["kernel_params"]["prior_scale"]}
+    inducing = {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}
+    likelihood = {**p["likelihood_params"],
+                  **{k: v for k, v in fresh["likelihood_params"].items() if k == "learn_epsilon"}}
     return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": optimizer_of(given),
             "tol": tol_of(given), "max_iter": max_iter_of(given), "kernel_params": kernel, "inducing_params": inducing,
             "likelihood_params": likelihood}
