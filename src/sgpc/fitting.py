@@ -30,8 +30,7 @@ from .hyperprior import LogNormalPrior
 from .initialization import extractor_features, initial_lengthscales
 from .persist import ModelFileError, check_model_payload, load_state
 from .registry import (AUTO_FULL_BATCH, AUTO_MINIBATCH, LIKELIHOOD_OPTIONS, METHOD_OPTIONS, METHODS, describe,
-                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, max_iter_of,
-                       optimizer_of, resolve, tol_of)
+                       likelihood_key, likelihood_name, make_engine, make_kernel, make_likelihood, resolve)
 from .sparse import InducingPosterior, SparseGP, init_inducing, predict as predict_outputs
 from .train import TrainSettings, fit as fit_loop, record_engine_events, refresh
 from .validation import (DTYPES, capable, check_data_parallel_extractor, check_device, check_params,
@@ -252,21 +251,20 @@ def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = Fa
 
 def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
     """``p`` (of batch_size "auto") with the batch size "auto" chose, ``batch_size`` (None: the full batch), and with
-    the settings that depend on it derived again: the learning rate (``AUTO_MINIBATCH_LEARNING_RATE`` in minibatches,
-    unless given), optimizer, tol and max_iter (``registry.optimizer_of``, ``tol_of``, ``max_iter_of``), and the
-    method's hyper-parameter prior and whether it learns the inducing inputs (``registry.fit_default``), unless given.
+    the settings that depend on it derived again by ``registry.resolve``, unless given: the learning rate
+    (``AUTO_MINIBATCH_LEARNING_RATE`` in minibatches), optimizer, tol, max_iter, and the method's hyper-parameter
+    prior, whether it learns the inducing inputs and ε (``registry.fit_default``).
     ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     given = {**est.get_params(deep=False), "batch_size": batch_size}
-    minibatch = batch_size is not None
-    rate = AUTO_MINIBATCH_LEARNING_RATE if minibatch and given["learning_rate"] is None else p["learning_rate"]
-    fresh = resolve(given)    # the option groups' defaults for this batch size, the dicts given on top
-    kernel = {**p["kernel_params"], "prior_scale": fresh["kernel_params"]["prior_scale"]}
-    inducing = {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}
+    fresh = resolve(given)    # the defaults for this batch size, what was given on top
+    rate = AUTO_MINIBATCH_LEARNING_RATE if batch_size is not None and given["learning_rate"] is None \
+        else fresh["learning_rate"]
     likelihood = {**p["likelihood_params"],
                   **{k: v for k, v in fresh["likelihood_params"].items() if k == "learn_epsilon"}}
-    return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": optimizer_of(given),
-            "tol": tol_of(given), "max_iter": max_iter_of(given), "kernel_params": kernel, "inducing_params": inducing,
-            "likelihood_params": likelihood}
+    return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": fresh["optimizer"],
+            "tol": fresh["tol"], "max_iter": fresh["max_iter"], "likelihood_params": likelihood,
+            "kernel_params": {**p["kernel_params"], "prior_scale": fresh["kernel_params"]["prior_scale"]},
+            "inducing_params": {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:

@@ -60,7 +60,8 @@ class LogNormalPrior:
         """The same prior centred on ``log_centres`` (one tensor per entry of ``centres``, of its shape): the
         centres a checkpoint saved. A ValueError when they do not match."""
         if not isinstance(log_centres, (list, tuple)) or len(log_centres) != len(self.centres) or any(
-                not torch.is_tensor(new) or new.shape != old.shape for (_, _, old), new in zip(self.centres, log_centres)):
+                not torch.is_tensor(new) or new.shape != old.shape
+                for (_, _, old), new in zip(self.centres, log_centres)):
             raise ValueError("its hyper-parameter prior's centres do not match the model's hyper-parameters")
         return LogNormalPrior(self.scale, tuple((name, what, new.detach().clone())
                                                 for (name, what, _), new in zip(self.centres, log_centres)))

@@ -466,8 +466,8 @@ def tol_of(params: dict) -> float | None:
 
 
 def fit_default(params: dict, name: str):
-    """The default ``name`` ("learning_rate", "learn_inducing", "prior_scale", "tol", "learn_epsilon") of the method these estimator
-    parameters stand for: its ``Method.full_batch_fit`` value in a full-batch fit where it has one, else the
+    """The default ``name`` ("learning_rate", "learn_inducing", "prior_scale", "tol", "learn_epsilon") of the method
+    these estimator parameters stand for: its ``Method.full_batch_fit`` value in a full-batch fit where it has one, else the
     ``Method``'s attribute."""
     entry = method_entry(params)
     if _full_batch(params) and name in entry.full_batch_fit and (
