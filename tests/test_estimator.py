@@ -720,10 +720,11 @@ def test_an_explicit_sep_fits_the_full_batch_as_ep_does_but_on_adam_and_its_mini
     assert back.warm_started_
 
 
-def test_vi_learns_robust_max_epsilon_and_fits_its_full_batch_as_sep_does():
+def test_vi_learns_robust_max_epsilon_and_fits_its_full_batch_as_sep_does_with_robust_max_and_step():
     """``registry.METHODS["vi"]``: ε learned with robust-max (full batch and minibatches), and the full-batch fit of
-    sep (Adam at 0.05, k-means inducing inputs kept, the prior of scale 2, tol 3e-4) with robust-max only
-    (docs/design-notes.md, '`vi` with robust-max: ε learned'); the additive-noise likelihoods keep the old defaults."""
+    sep (Adam at 0.05, k-means inducing inputs kept, the prior of scale 2, tol 3e-4) with robust-max and step
+    (docs/design-notes.md, '`vi` with robust-max: ε learned', 'The step likelihood fits the full batch as
+    robust-max does'); probit, logit and softmax keep the old defaults."""
     from sgpc import registry
 
     def defaults(**kw):
@@ -732,7 +733,10 @@ def test_vi_learns_robust_max_epsilon_and_fits_its_full_batch_as_sep_does():
             p["likelihood_params"].get("learn_epsilon")
     assert defaults() == (0.05, False, 2.0, 3e-4, True)
     assert defaults(batch_size=64) == (0.01, True, None, 1e-4, True)
-    assert defaults(likelihood="softmax") == (0.01, True, None, 1e-4, None)
+    assert defaults(likelihood="step") == (0.05, False, 2.0, 3e-4, None)
+    for likelihood in ("probit", "logit", "softmax"):
+        assert defaults(likelihood=likelihood) == (0.01, True, None, 1e-4, None)
+    assert defaults(likelihood="step", batch_size=64) == (0.01, True, None, 1e-4, None)
     assert defaults(likelihood_params={"learn_epsilon": False}) == (0.05, False, 2.0, 3e-4, False)
     for method in ("arpep", "rpapep", "bsvm"):              # the same engine, not measured: their own defaults
         p = registry.resolve(GPClassifier(method=method).get_params())
@@ -750,6 +754,13 @@ def test_vi_learns_robust_max_epsilon_and_fits_its_full_batch_as_sep_does():
     assert float(fit.model_.likelihood.epsilon) != pytest.approx(1e-3, rel=1e-3)    # it moved
     minibatch = GPClassifier(**kw, batch_size=50).fit(X, y)
     assert minibatch.model_.Z.requires_grad and minibatch.model_.likelihood.raw_epsilon.requires_grad
+    step = GPClassifier(**kw, likelihood="step").fit(X, y)
+    step_spelled = GPClassifier(**kw, likelihood="step", learning_rate=0.05, inducing_params={"learn": False},
+                                kernel_params={"prior_scale": 2.0}, tol=3e-4).fit(X, y)
+    assert step.history_["objective"] == step_spelled.history_["objective"]
+    assert not step.model_.Z.requires_grad
+    probit = GPClassifier(**kw, likelihood="probit").fit(X, y)
+    assert probit.model_.Z.requires_grad
 
 
 def test_batch_size_auto_minibatches_a_stream_and_bad_batch_sizes_are_named(tmp_path):

@@ -245,11 +245,11 @@ def test_option_defaults_are_the_documented_ones():
     fits = {name: (m.optimizer, m.prior_scale, m.learning_rate, m.learn_inducing, m.tol) for name, m in METHODS.items()}
     assert {name: fit for name, fit in fits.items() if fit != ("adam", None, 0.01, True, 1e-4)} \
         == {"ep": ep_fit, "gfitc": ep_fit, "rmgpc": ep_fit, "smgpc": ep_fit}
-    # sep, and vi with robust-max, fit the full batch as ep does, but on Adam (Rprop's sign steps did not settle
-    # SEP's objective); vi learns robust-max's epsilon
+    # sep, and vi with robust-max or step, fit the full batch as ep does, but on Adam (Rprop's sign steps did not
+    # settle SEP's objective); vi learns robust-max's epsilon
     adam_fit = dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)
     assert {name: (m.full_batch_fit, m.full_batch_likelihoods) for name, m in METHODS.items() if m.full_batch_fit} == \
-        {"sep": ({**adam_fit, "learning_rate": 0.1}, None), "vi": (adam_fit, ("robustmax",))}
+        {"sep": ({**adam_fit, "learning_rate": 0.1}, None), "vi": (adam_fit, ("robustmax", "step"))}
     assert [name for name, m in METHODS.items() if m.learn_epsilon] == ["vi"]
     assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
     assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
@@ -372,6 +372,7 @@ def _object_cases():
         (dict(method="vi", likelihood=RobustMax(3, epsilon=0.01, learn_epsilon=True)),
          dict(method="vi", likelihood_params={"epsilon": 0.01, "learn_epsilon": True}), False),
         (dict(method="vi", likelihood=AdditiveGaussian(3, 1.0, 1e-3)), dict(method="vi", likelihood="probit"), False),
+        (dict(method="vi", likelihood=AdditiveGaussian(3, 0.0, 1e-3)), dict(method="vi", likelihood="step"), False),
         (dict(method="vi", likelihood=Softmax(3)), dict(method="vi", likelihood="softmax"), False),
         (dict(method="ep", likelihood=BinaryAdditiveGaussian(2.897, 0.01, learn_delta=False)),
          dict(method="ep", likelihood="logit", likelihood_params={"delta": 0.01, "learn_delta": False}), True),
@@ -491,3 +492,13 @@ def test_learn_epsilon_is_refused_exactly_where_the_objective_has_no_epsilon(iri
                 est.fit(X, y)
             assert abs(float(est.model_.likelihood.epsilon) - 0.05) > 1e-3, name
     assert {n for n, m in METHODS.items() if not m.epsilon_in_objective} == {"ep", "sep", "gfitc"}
+
+
+def test_an_additive_noise_object_is_the_likelihood_of_its_noise_variance():
+    """``likelihood_key``: the name of an additive-noise object decides its method's defaults (a full-batch ``vi``
+    fit takes the prior and fixed inducing inputs with "step" only), so it is the name of its noise variance."""
+    from sgpc.likelihoods import AdditiveGaussian, BinaryAdditiveGaussian, RobustMax
+    from sgpc.registry import likelihood_key
+    assert [likelihood_key(AdditiveGaussian(3, a)) for a in (0.0, 1.0, 2.897, 0.5)] == ["step", "probit", "logit", "step"]
+    assert likelihood_key(BinaryAdditiveGaussian(1.0)) == "probit" and likelihood_key(RobustMax(3)) == "robustmax"
+    assert likelihood_key("logit") == "logit"

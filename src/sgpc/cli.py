@@ -170,14 +170,14 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),
     Option("--learning-rate", "learning_rate", "optimiser step size (default: the method's, 0.05 for ep, gfitc, "
-           "rmgpc, smgpc and a full-batch robust-max vi fit, 0.1 for a full-batch sep fit, 0.01 for the others; "
-           "0.05 for --batch-size auto's minibatches)",
+           "rmgpc, smgpc and a full-batch robust-max or step vi fit, 0.1 for a full-batch sep fit, 0.01 for the "
+           "others; 0.05 for --batch-size auto's minibatches)",
            dict(type=float, metavar="LR")),
     Option("--lr-decay", "optimizer_params.lr_decay", "Adam: multiply the learning rate by D per pass over the "
            f"data (default: {OPTIMIZER_OPTIONS['lr_decay']})", dict(type=float, metavar="D")),
     Option("--tol", "tol", "stop once the objective per datum moved by at most TOL for --n-iter-no-change "
-           "checks; 'auto' the method's (3e-4 for a full-batch ep, sep or robust-max vi fit, else 1e-4), 'none' "
-           "runs to the ceiling (default: %(default)s)", dict(type=_tol, metavar="TOL")),
+           "checks; 'auto' the method's (3e-4 for a full-batch ep, sep or robust-max or step vi fit, else 1e-4), "
+           "'none' runs to the ceiling (default: %(default)s)", dict(type=_tol, metavar="TOL")),
     Option("--n-iter-no-change", "n_iter_no_change", "(default: %(default)s)", dict(type=int, metavar="K")),
     Option("--early-stopping", "early_stopping", "stop on the log-likelihood of held-out rows instead "
            "(--validation-fraction of them)", dict(action="store_true")),
@@ -207,7 +207,7 @@ FIT_OPTIONS: tuple[Option, ...] = (
            "(default: from each feature's spread)", dict(type=float, metavar="L")),
     Option("--prior-scale", "kernel_params.prior_scale", "scale of the log-normal prior on the length-scales and "
            "amplitudes, around their initial values; 'none': no prior, the papers' ML-II (default: the method's, "
-           "2 for ep, gfitc, rmgpc, smgpc and a full-batch sep or robust-max vi fit, none for the others)",
+           "2 for ep, gfitc, rmgpc, smgpc and a full-batch sep or robust-max or step vi fit, none for the others)",
            dict(type=_number_or_none, metavar="S"),
            convert=lambda v: None if v == "none" else v),
     Option("--shared-kernel", "kernel_params.shared_kernel", "one set of kernel hyper-parameters for all latent "

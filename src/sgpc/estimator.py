@@ -97,15 +97,15 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``initialization.initial_lengthscales``). init_variance (1.0): initial kernel amplitude σ².
             shared_kernel (False): one set of kernel hyper-parameters for all latent functions. prior_scale (the
             method's, ``registry.Method.prior_scale``: 2.0 for "ep", "gfitc", "rmgpc", "smgpc" and a full-batch
-            "sep" fit, or "vi" fit with robust-max (``registry.Method.full_batch_fit``), None for the others): s of
-            a log-normal prior on every length-scale and amplitude, centred on their initial values
+            "sep" fit, or "vi" fit with robust-max or step (``registry.Method.full_batch_fit``), None for the
+            others): s of a log-normal prior on every length-scale and amplitude, centred on their initial values
             (``hyperprior``); the fit maximises log Z + log p(ξ). None: no prior (ML-II, as in the papers).
         n_inducing: M, inducing points per latent function (clamped to the number of rows); "auto": one per 8
             training rows, at least 30 and at most 100 (``fitting.AUTO_INDUCING``; docs/suite.md).
         inducing_params: the inducing inputs' options (None: all defaults; ``registry.INDUCING_OPTIONS``):
             init ("kmeans"): "kmeans" or "random" (a random subset of training rows); learn (the method's
             default, ``registry.Method.learn_inducing``: False for "ep", "gfitc", "rmgpc", "smgpc" and a full-batch
-            "sep" fit, or "vi" fit with robust-max, True for the others): optimise them; shared (False): one set
+            "sep" fit, or "vi" fit with robust-max or step, True for the others): optimise them; shared (False): one set
             for all latent functions (else one per latent, as in the papers).
         optimizer: "adam", "lbfgs" (full batch), "rprop" (full batch: torch's Rprop, a step of its own size per
             parameter along the gradient's sign, ×1.2 while the sign holds, ×0.5 when it flips, at most 1) or
@@ -114,7 +114,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.Method.optimizer``: "rprop" for "gfitc", "rmgpc", "smgpc" and a full-batch "ep" fit;
             "adam" for the others and for minibatches). learning_rate: step size (Rprop: the initial one); None:
             the method's default (``registry.Method.learning_rate``: 0.05 for "ep", "gfitc", "rmgpc", "smgpc" and a
-            full-batch "vi" fit with robust-max, 0.1 for a full-batch "sep" fit, 0.01 for the others), and 0.05
+            full-batch "vi" fit with robust-max or step, 0.1 for a full-batch "sep" fit, 0.01 for the others), and 0.05
             in the minibatches that batch_size="auto" chooses (``fitting.AUTO_MINIBATCH_LEARNING_RATE``).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
@@ -159,7 +159,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             reaching it first gives a ``ConvergenceWarning``. tol=None runs to the ceiling. ``converged_`` says
             which. tol="auto" (default): the method's (``registry.Method.tol``) in a full-batch fit, 1e-4 with
             minibatches: 3e-4 for "ep" (and "gfitc", "rmgpc", "smgpc", a full-batch "sep" fit and a full-batch
-            "vi" fit with robust-max, which fit as it does) — on the suite's sets
+            "vi" fit with robust-max or step, which fit as it does) — on the suite's sets
             its test NLL was better than at 1e-4 (the hyper-parameters' objective keeps rising slowly after the test
             NLL has settled) in about 70% of the iterations — 1e-4 for the rest.
         early_stopping, validation_fraction: hold out a stratified validation_fraction of the rows and stop on

@@ -93,7 +93,8 @@ class Method:
         full_batch_fit: those of the defaults above that differ in a full-batch fit, by name (``fit_default``),
             with the likelihoods in full_batch_likelihoods (None: any). "sep" fits the full batch as "ep" does, but
             with Adam (docs/design-notes.md, 'method="sep" chosen explicitly'); so does "vi" with the robust-max
-            likelihood, whose ε it learns ('`vi` with robust-max: ε learned').
+            likelihood, whose ε it learns ('`vi` with robust-max: ε learned'), and with the step likelihood
+            ('The step likelihood fits the full batch as robust-max does').
         auto_float32: whether ``dtype="auto"`` may pick float32 for it on a large enough problem
             (``fitting.resolve_dtype``): set where the suite measured float32 at the same test NLL in less time
             (docs/design-notes.md); the others keep float64, unmeasured or (the ``vi`` engine) slower in it.
@@ -137,14 +138,15 @@ _VI_LIKELIHOODS = ("robustmax", "step", "probit", "logit", "softmax")
 # the suite (README's defaults table); for the other three measured at 1 000 rows x 5 classes and on five small
 # suite sets (docs/design-notes.md, "The function-space EP engines' fit")
 _EP_FIT = dict(learning_rate=0.05, learn_inducing=False, optimizer="rprop", prior_scale=2.0, tol=3e-4)
-# ... and with Adam, the full-batch fit of vi with robust-max, and of sep at a rate of 0.1 (docs/design-notes.md)
+# ... and with Adam, the full-batch fit of vi with robust-max or the step likelihood, and of sep at a rate of 0.1
+# (docs/design-notes.md)
 _EP_FIT_ADAM = dict(learning_rate=0.05, learn_inducing=False, prior_scale=2.0, tol=3e-4)
 
 METHODS: dict[str, Method] = {
     "vi": Method(VI, lambda o, p: {"natgrad_lr": o["natgrad_lr"]}, _takes(METHOD_OPTIONS, "natgrad_lr"),
                  _VI_LIKELIHOODS, "Hensman et al. 2015; scalable-ep §3 (eqs. 15–17)",
                  "free Gaussian q(u), ELBO; any likelihood", learn_epsilon=True, full_batch_fit=_EP_FIT_ADAM,
-                 full_batch_likelihoods=("robustmax",)),
+                 full_batch_likelihoods=("robustmax", "step")),
     "ep": Method(EP, lambda o, p: {"damping": o["damping"], "factor": _site_factor(p)}, _takes(METHOD_OPTIONS, "damping"),
                  ("robustmax",), "scalable-ep §2.2–2.3, App. B–G",
                  "rank-one sites on the pairwise step factors, parallel damped updates, batch or minibatch",
@@ -250,11 +252,14 @@ LIKELIHOODS: dict[str, LikelihoodEntry] = {
 
 
 def likelihood_key(likelihood: str | Likelihood) -> str:
-    """The ``LIKELIHOODS`` entry of a ``likelihood=`` value: the name itself, or for an object the first entry
-    that builds its class."""
+    """The ``LIKELIHOODS`` entry of a ``likelihood=`` value: the name itself, or for an object the entry that builds
+    its class — for an additive-noise object the one of its noise variance (``NOISE_VARIANCE``: a probit object
+    fits as ``"probit"`` does), the first of them ("step") for a variance none of them has."""
     if isinstance(likelihood, str):
         return likelihood
-    return next(name for name, e in LIKELIHOODS.items() if type(likelihood) in e.classes)
+    names = [name for name, e in LIKELIHOODS.items() if type(likelihood) in e.classes]
+    return next((name for name in names if NOISE_VARIANCE.get(name, -1.0) == getattr(likelihood, "noise_variance", None)),
+                names[0])
 
 
 def likelihood_name(params: dict) -> str:
