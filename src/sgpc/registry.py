@@ -258,8 +258,8 @@ def likelihood_key(likelihood: str | Likelihood) -> str:
     if isinstance(likelihood, str):
         return likelihood
     names = [name for name, e in LIKELIHOODS.items() if type(likelihood) in e.classes]
-    return next((name for name in names if NOISE_VARIANCE.get(name, -1.0) == getattr(likelihood, "noise_variance", None)),
-                names[0])
+    a = getattr(likelihood, "noise_variance", None)
+    return next((name for name in names if name in NOISE_VARIANCE and NOISE_VARIANCE[name] == a), names[0])
 
 
 def likelihood_name(params: dict) -> str:
