@@ -64,3 +64,9 @@ def test_a_run_at_another_rate_is_named_apart_and_the_peers_keep_their_names():
     assert ttt.run_name("sgpc-sep-shared", 0.1) == "sgpc-sep-shared@0.1"
     assert ttt.run_name("sgpc-sep", None) == "sgpc-sep"
     assert ttt.run_name("gpytorch-adam", 0.05) == "gpytorch-adam"     # the rate is sgpc's only
+
+
+def test_a_run_with_a_rate_decay_is_named_apart_and_the_peers_keep_their_names():
+    assert ttt.run_name("sgpc-sep", 0.05, 0.9) == "sgpc-sep@0.05/decay=0.9"
+    assert ttt.run_name("sgpc-sep-shared", None, 0.8) == "sgpc-sep-shared/decay=0.8"
+    assert ttt.run_name("gpytorch-adam", 0.05, 0.9) == "gpytorch-adam"

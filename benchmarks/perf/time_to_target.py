@@ -17,7 +17,9 @@ Runs (--runs):
                                            steps of q(u) at γ = 0.1, ``method_params={"natgrad_lr": 0.1}``);
                                            tol=None (the budget ends the fit). --sgpc-learning-rate R replaces
                                            Adam's rate for every sgpc run and names the run ``<run>@R``, so
-                                           runs at several rates share one results file. The budget is imposed from outside:
+                                           runs at several rates share one results file; --sgpc-lr-decay G
+                                           multiplies that rate by G per pass over the data
+                                           (``optimizer_params={"lr_decay": G}``) and adds ``/decay=G``. The budget is imposed from outside:
                                            the child wraps ``fitting.train_settings`` to set ``max_time`` to the
                                            budget less the initialisation time.
   sgpc-sep-shared, sgpc-vi-shared          the same with one set of inducing inputs and one kernel for all
@@ -54,6 +56,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -103,18 +106,24 @@ class Clock:
         self.paused += time.perf_counter() - t_eval
 
 
-def run_name(run: str, sgpc_learning_rate: float | None) -> str:
-    """The name a run's record carries: an sgpc run at a given Adam rate R is ``<run>@R`` (its own column)."""
-    return f"{run}@{sgpc_learning_rate:g}" if sgpc_learning_rate is not None and run.startswith("sgpc-") else run
+def run_name(run: str, sgpc_learning_rate: float | None, sgpc_lr_decay: float | None = None) -> str:
+    """The name a run's record carries: an sgpc run at a given Adam rate R is ``<run>@R``, with a decay G of that
+    rate per pass ``<run>@R/decay=G`` (``<run>/decay=G`` at its own rate): its own column."""
+    if not run.startswith("sgpc-"):
+        return run
+    rate = "" if sgpc_learning_rate is None else f"@{sgpc_learning_rate:g}"
+    return f"{run}{rate}" + ("" if sgpc_lr_decay is None else f"/decay={sgpc_lr_decay:g}")
 
 
-def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None):
+def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None,
+             lr_decay=None):
     from sgpc import GPClassifier, fitting
     base = run.removeprefix("sgpc-")
     shared = base.endswith("-shared")
     method = base.removesuffix("-shared").removesuffix("-natgrad")
     est = GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
                        learning_rate=learning_rate,
+                       optimizer_params=None if lr_decay is None else {"lr_decay": lr_decay},
                        device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
                        kernel_params={"shared_kernel": True} if shared else None,
                        method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
@@ -245,23 +254,26 @@ def run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every):
 
 
 def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
-          threads: int = 1, sgpc_learning_rate: float | None = None) -> dict:
+          threads: int = 1, sgpc_learning_rate: float | None = None, sgpc_lr_decay: float | None = None) -> dict:
     import torch
     torch.set_num_threads(threads)
     name, M, B = SETS[setname]
     X, y, Xt, yt, C = _data(name)
     load = os.getloadavg()
     if run.startswith("sgpc-"):
-        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate)
+        trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate,
+                                sgpc_lr_decay)
         if sgpc_learning_rate is not None:
             extra = {**extra, "learning_rate": sgpc_learning_rate}
+        if sgpc_lr_decay is not None:
+            extra = {**extra, "lr_decay": sgpc_lr_decay}
     elif run.startswith("gpytorch-"):
         trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device, dtype)
     else:
         if device != "cpu" or dtype != "float64":
             raise ValueError("the GPflow runs are CPU/float64 only here")
         trace, extra = run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every)
-    return {"set": setname, "run": run_name(run, sgpc_learning_rate), "N": len(y), "N_test": len(yt), "D": X.shape[1],
+    return {"set": setname, "run": run_name(run, sgpc_learning_rate, sgpc_lr_decay), "N": len(y), "N_test": len(yt), "D": X.shape[1],
             "C": C, "M": M, "B": B,
             "budget_s": budget, "eval_every": eval_every, "device": device, "dtype": dtype, "threads": threads,
             "trace": trace, **extra,
@@ -358,9 +370,9 @@ def figure(runs: list, path: Path) -> None:
     fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
     for ax, s in zip(axes[0], sets):
         for r in (r for r in runs if r["set"] == s and r.get("trace")):
-            base, at_rate = r["run"].partition("@")[::2]     # a run at another rate: its run's colour, dotted
-            ax.plot([p["time"] for p in r["trace"]], [p["nll"] for p in r["trace"]], label=r["run"],
-                    color=colour.get(base), linestyle=":" if at_rate else "-" if base.startswith("sgpc-") else "--")
+            base = re.split("[@/]", r["run"], maxsplit=1)[0]   # a run at another rate or decay: its run's colour, dotted
+            ax.plot([p["time"] for p in r["trace"]], [p["nll"] for p in r["trace"]], label=r["run"], color=colour.get(base),
+                    linestyle=":" if base != r["run"] else "-" if base.startswith("sgpc-") else "--")
         ax.set(xscale="log", xlabel="training time incl. initialisation (s)", ylabel="test NLL", title=s)
         ax.xaxis.set_minor_formatter(NullFormatter())
         low, high = ax.get_ylim()
@@ -390,6 +402,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1, help="CPU threads per run (torch, OpenMP, MKL)")
     p.add_argument("--sgpc-learning-rate", type=float,
                    help="Adam's rate for the sgpc runs (default: the method's own); the runs are named <run>@RATE")
+    p.add_argument("--sgpc-lr-decay", type=float,
+                   help="multiply the sgpc runs' Adam rate by this per pass over the data (optimizer_params lr_decay); "
+                        "the runs' names end in /decay=G")
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter of the runs (one with the peers installed: pip install sgpc[bench])")
     p.add_argument("--name", default="time_to_target")
@@ -400,7 +415,7 @@ def main(argv=None):
     if args.child:
         globals()["NATGRAD_GAMMA"] = args.gamma
         print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every, args.device, args.dtype,
-                               args.threads, args.sgpc_learning_rate)))
+                               args.threads, args.sgpc_learning_rate, args.sgpc_lr_decay)))
         return
     if args.report:
         # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
@@ -430,9 +445,11 @@ def main(argv=None):
                    "--dtype", args.dtype, "--threads", str(args.threads)]
             if args.sgpc_learning_rate is not None and run.startswith("sgpc-"):
                 cmd += ["--sgpc-learning-rate", str(args.sgpc_learning_rate)]
+            if args.sgpc_lr_decay is not None and run.startswith("sgpc-"):
+                cmd += ["--sgpc-lr-decay", str(args.sgpc_lr_decay)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
-                runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate), "error": r.stderr[-3000:]})
+                runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate, args.sgpc_lr_decay), "error": r.stderr[-3000:]})
                 print(f"{s} {run}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 continue
             runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
