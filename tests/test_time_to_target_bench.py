@@ -70,3 +70,16 @@ def test_a_run_with_a_rate_decay_is_named_apart_and_the_peers_keep_their_names()
     assert ttt.run_name("sgpc-sep", 0.05, 0.9) == "sgpc-sep@0.05/decay=0.9"
     assert ttt.run_name("sgpc-sep-shared", None, 0.8) == "sgpc-sep-shared/decay=0.8"
     assert ttt.run_name("gpytorch-adam", 0.05, 0.9) == "gpytorch-adam"
+
+
+def test_an_sgpc_runs_estimator_takes_the_rate_and_its_decay_and_the_runs_structure():
+    est = ttt.sgpc_estimator("sgpc-sep-shared", 100, 256, learning_rate=0.05, lr_decay=0.9)
+    assert (est.method, est.n_inducing, est.batch_size, est.tol) == ("sep", 100, 256, None)
+    assert (est.learning_rate, est.optimizer_params) == (0.05, {"lr_decay": 0.9})
+    assert est.inducing_params == {"shared": True} and est.kernel_params == {"shared_kernel": True}
+    plain = ttt.sgpc_estimator("sgpc-vi-natgrad", 200, 200)
+    assert (plain.method, plain.learning_rate, plain.optimizer_params) == ("vi", None, None)
+    assert plain.method_params == {"natgrad_lr": ttt.NATGRAD_GAMMA} and plain.inducing_params is None
+    # the optimizer reads the decay: the settings a fit resolves carry it
+    from sgpc import fitting
+    assert fitting.settings(est)["optimizer_params"]["lr_decay"] == 0.9

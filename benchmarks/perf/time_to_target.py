@@ -115,18 +115,26 @@ def run_name(run: str, sgpc_learning_rate: float | None, sgpc_lr_decay: float | 
     return f"{run}{rate}" + ("" if sgpc_lr_decay is None else f"/decay={sgpc_lr_decay:g}")
 
 
-def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None,
-             lr_decay=None):
-    from sgpc import GPClassifier, fitting
+def sgpc_estimator(run, M, B, device="cpu", dtype="float64", learning_rate=None, lr_decay=None):
+    """The ``GPClassifier`` of an sgpc run (``RUNS``): its method, M inducing inputs, minibatches of B, no stopping
+    rule (the budget ends the fit), Adam at ``learning_rate`` (None: the method's own) decayed by ``lr_decay`` per
+    pass (None: no decay)."""
+    from sgpc import GPClassifier
     base = run.removeprefix("sgpc-")
     shared = base.endswith("-shared")
     method = base.removesuffix("-shared").removesuffix("-natgrad")
-    est = GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
-                       learning_rate=learning_rate,
-                       optimizer_params=None if lr_decay is None else {"lr_decay": lr_decay},
-                       device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
-                       kernel_params={"shared_kernel": True} if shared else None,
-                       method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
+    return GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
+                        learning_rate=learning_rate,
+                        optimizer_params=None if lr_decay is None else {"lr_decay": lr_decay},
+                        device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
+                        kernel_params={"shared_kernel": True} if shared else None,
+                        method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
+
+
+def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None,
+             lr_decay=None):
+    from sgpc import fitting
+    est = sgpc_estimator(run, M, B, device, dtype, learning_rate, lr_decay)
     marks, train_settings = {}, fitting.train_settings
 
     def budgeted(p, run_args):          # called once the model and the engine state are built
