@@ -30,6 +30,22 @@ def test_sklearn_contract(estimator, check):
         check(estimator)
 
 
+def test_a_kernel_chosen_by_grid_search_is_refitted_as_a_direct_fit_with_it():
+    # docs/choosing.rst's recipe: GridSearchCV over ``kernel`` scored by log loss. The search must score each kernel
+    # (three different cross-validated losses) and refit the winner as GPClassifier(kernel=winner) fits it.
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    base = GPClassifier(n_inducing=10, max_iter=15, random_state=0)
+    search = GridSearchCV(base, {"kernel": ["rbf", "matern32", "linear"]}, scoring="neg_log_loss",
+                          cv=StratifiedKFold(2, shuffle=True, random_state=0), error_score="raise").fit(X, y)
+    scores = search.cv_results_["mean_test_score"]
+    assert np.all(np.isfinite(scores)) and len(set(np.round(scores, 12))) == 3
+    assert search.best_params_["kernel"] == ["rbf", "matern32", "linear"][int(np.argmax(scores))]
+    direct = GPClassifier(n_inducing=10, max_iter=15, random_state=0, kernel=search.best_params_["kernel"]).fit(X, y)
+    np.testing.assert_array_equal(search.predict_proba(X), direct.predict_proba(X))
+
+
 @pytest.fixture(scope="module")
 def iris():
     X, y = load_iris(return_X_y=True)
