@@ -124,6 +124,26 @@ def test_run_fit_records_timeouts_errors_and_skips():
     assert (rec["status"], rec["reason"]) == ("unavailable", "no_such_module_x not installed")
 
 
+def test_the_kernel_search_column_runs_on_request_and_records_the_kernel_it_refitted():
+    assert "sgpc-kernel-cv" not in suite.select_columns("all", [])          # eight fits' cost: never by default
+    col = suite.select_columns("sgpc-kernel-cv,logreg", [])["sgpc-kernel-cv"]
+    with pytest.raises(ValueError, match="built-in column"):
+        suite.select_columns("all", ["sgpc-kernel-cv=max_iter=3"])
+    data = _tiny_set()
+    fast = {"n_inducing": 8, "max_iter": 10}
+    small = suite.Column(col.family, col.make, {**col.kwargs, "estimator": fast})
+    rec = suite.run_fit(data, 0, "sgpc-kernel-cv", small, threads=1, timeout=None)
+    assert rec["status"] == "ok", rec.get("reason")
+    kernel = rec["best_params"]["kernel"]
+    assert kernel in ("rbf", "matern32", "linear")
+    # the record's metrics are those of a direct fit with the chosen kernel on the same split
+    Xtr, Xte, ytr, yte = suite.split(data, 0)
+    from sgpc import GPClassifier
+    direct = GPClassifier(random_state=0, kernel=kernel, **fast).fit(Xtr, ytr)
+    want = suite.evaluate(yte, suite.full_proba(direct.predict_proba(Xte), direct.classes_, len(data.classes)))
+    assert rec["nll"] == want["nll"] and rec["n_iter"] == direct.n_iter_
+
+
 # -- resume ------------------------------------------------------------------------------------------
 def _rec(s, split, c, status, **kw):
     return {"set": s, "split": split, "column": c, "status": status,

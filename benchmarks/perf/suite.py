@@ -13,7 +13,9 @@ Protocol (one record per set, split and column):
   integer codes.
 - Splits: ``--splits`` (default 5) stratified 80/20 splits, seeds 0..splits-1; the seed is also the
   estimator's ``random_state``. Features standardised with the training part's mean and deviation.
-- Columns: the literal table `COLUMNS`, plus sgpc configurations given with ``--sgpc``.
+- Columns: the literal table `COLUMNS`, plus sgpc configurations given with ``--sgpc``, plus those of
+  `ON_REQUEST` when ``--columns`` names them (``sgpc-kernel-cv``: the kernel chosen by 3-fold cross-validation,
+  `KernelSearch`; its records carry ``best_params``).
 - Metrics on the test part: NLL = mean -log p(y|x) with p clipped at 1e-15; error; top-label ECE with
   15 equal-width bins (`sgpc.metrics.ece`); wall-clock time of ``fit`` and of ``predict_proba``;
   ``n_iter_`` and ``converged_`` where the estimator has them. One process, ``--threads`` threads for
@@ -136,6 +138,34 @@ def _sklearn_gpc(kwargs, seed):
     return GaussianProcessClassifier(1.0 * RBF(1.0), random_state=seed, **kwargs)
 
 
+class KernelSearch:
+    """``GPClassifier`` with its kernel chosen by scikit-learn's ``GridSearchCV`` on the training rows: each of
+    ``kernels`` scored by ``cv``-fold stratified log loss (folds shuffled with the split's seed), the best refitted on
+    all rows. ``estimator``: further GPClassifier keywords. What a user can run in place of a kernel default
+    (docs/choosing.rst, decision 10); ``best_params_`` names the chosen kernel."""
+
+    def __init__(self, seed=0, kernels=("rbf", "matern32", "linear"), cv=3, estimator=None):
+        self.seed, self.kernels, self.cv, self.estimator = seed, list(kernels), cv, dict(estimator or {})
+
+    def fit(self, X, y):
+        from sklearn.model_selection import GridSearchCV, StratifiedKFold
+        from sgpc import GPClassifier
+        self.search_ = GridSearchCV(GPClassifier(random_state=self.seed, **self.estimator), {"kernel": self.kernels},
+                                    scoring="neg_log_loss", error_score="raise",
+                                    cv=StratifiedKFold(self.cv, shuffle=True, random_state=self.seed)).fit(X, y)
+        best = self.search_.best_estimator_
+        self.classes_, self.best_params_ = best.classes_, self.search_.best_params_
+        self.n_iter_, self.converged_ = best.n_iter_, best.converged_
+        return self
+
+    def predict_proba(self, X):
+        return self.search_.predict_proba(X)
+
+
+def _kernel_search(kwargs, seed):
+    return KernelSearch(seed=seed, **kwargs)
+
+
 def _gpytorch_svgp(kwargs, seed):
     return GPyTorchSVGP(seed=seed, **kwargs)
 
@@ -153,6 +183,10 @@ COLUMNS = {
     "sklearn-gpc": Column("baseline", _sklearn_gpc, max_train=SKLEARN_GPC_MAX_TRAIN),
     "gpytorch-svgp": Column("peer", _gpytorch_svgp, dict(_PEER_BUDGET), requires="gpytorch"),
     "gpflow-svgp": Column("peer", _gpflow_svgp, dict(_PEER_BUDGET), requires="gpflow"),
+}
+# Columns run only when --columns names them (not part of "all"): the kernel search costs about 8 default fits.
+ON_REQUEST = {
+    "sgpc-kernel-cv": Column("sgpc", _kernel_search, {"kernels": ["rbf", "matern32", "linear"], "cv": 3}),
 }
 
 
@@ -570,7 +604,8 @@ def run_fit(data: SuiteSet, seed: int, name: str, col: Column, threads: int, tim
     seen = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w in caught})
     return {**record, **metrics, "fit_time": fit_time, "predict_time": predict_time,
             "n_iter": _jsonable(getattr(est, "n_iter_", None)),
-            "converged": _jsonable(getattr(est, "converged_", None)), "warnings": seen[:5]}
+            "converged": _jsonable(getattr(est, "converged_", None)), "warnings": seen[:5],
+            **({"best_params": dict(est.best_params_)} if hasattr(est, "best_params_") else {})}
 
 
 def run_suite(sets: list[str], columns: dict[str, Column], n_splits: int, max_rows: int | None, out: Path,
@@ -860,15 +895,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def select_columns(spec: str, extra: list[str]) -> dict[str, Column]:
-    """The columns named by --columns from `COLUMNS` and the --sgpc configurations."""
+    """The columns named by --columns from `COLUMNS`, `ON_REQUEST` and the --sgpc configurations ("all": every
+    column of `COLUMNS` and --sgpc)."""
     table = dict(COLUMNS)
     for s in extra:
         name, col = parse_sgpc_spec(s)
-        if name in COLUMNS:
+        if name in COLUMNS or name in ON_REQUEST:
             raise ValueError(f"--sgpc name {name!r} is a built-in column; choose another")
         table[name] = col
     if spec.strip() == "all":
         return table
+    table.update(ON_REQUEST)
     names = [c.strip() for c in spec.split(",") if c.strip()]
     unknown = [c for c in names if c not in table]
     if unknown:
