@@ -200,6 +200,16 @@ def test_demo_writes_figure(tmp_path, capsys):
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for word in ("test error", "test NLL", "Brier", "ECE", "time: fit", str(png), "held-out"):
         assert word in out
+    # the demo is GPClassifier() with its defaults, and says whether the fit converged (5 iterations: it did not)
+    assert "settings: GPClassifier(random_state=0, max_iter=5), every other setting at its default" in out
+    assert "fit: ep, 5 iterations, stopped at its ceiling before it converged" in out
+
+
+def test_demo_settings_are_the_estimators_defaults():
+    from sgpc import GPClassifier
+    assert cli.DEMO_SETTINGS == {"random_state": 0}
+    assert cli.build_parser().parse_args(["demo"]).max_iter is None     # the estimator's own ceiling
+    assert GPClassifier(**cli.DEMO_SETTINGS).get_params() == {**GPClassifier().get_params(), "random_state": 0}
 
 
 def test_demo_without_matplotlib(tmp_path, capsys, monkeypatch):

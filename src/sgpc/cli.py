@@ -66,11 +66,9 @@ RECORD_KEY = "cli"       # the model file's metadata entry that holds the data r
 _DEFAULTS = GPClassifier().get_params()  # the estimator's defaults are the CLI's defaults
 PREDICT_BATCH_ROWS = 8192                # rows that ``predict`` reads and predicts at once by default
 
-# The demo's settings: full-batch Adam on 1437 digits with M = 100 inducing points per class. 100 steps
-# (≈ 15-25 s on 2 cores): the ELBO is still rising slowly after that, but the held-out NLL is flat
-# from step ~50 and creeps up by 300 steps (0.069 at 100, 0.074 at 300), so more steps buy nothing here.
-DEMO_SETTINGS = dict(method="vi", n_inducing=100, batch_size=None, optimizer="adam", learning_rate=0.05,
-                     max_iter=100, random_state=0)
+# The demo's settings: GPClassifier() with its defaults (on 1437 digits: `ep` on the full batch, M = 100 per class),
+# seeded. It stops on its own: 43 iterations, 8.4 s on one thread, test NLL 0.0993 and error 3.06% (2026-12-02).
+DEMO_SETTINGS = dict(random_state=0)
 DEMO_EVAL_EVERY = 10          # steps between the demo's evaluations of its test rows
 DEMO_TEST_FRACTION = 0.2
 # One torch thread unless --threads says otherwise: measured on a 2-core machine that other jobs
@@ -303,12 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("demo", parents=[common], help="fit scikit-learn's digits and draw a figure",
-                       description="Fit GPClassifier(method='vi') on scikit-learn's bundled digits (80/20 "
-                                   "stratified split), print test metrics and times, and save a figure. Runs on one "
-                                   "torch thread unless --threads is given.")
+                       description="Fit GPClassifier() with its defaults on scikit-learn's bundled digits (80/20 "
+                                   "stratified split), print test metrics, convergence and times, and save a figure. "
+                                   "Runs on one torch thread unless --threads is given.")
     p.add_argument("--out", default="out", metavar="DIR", help="directory of the figure (default: %(default)s)")
-    p.add_argument("--max-iter", type=int, default=DEMO_SETTINGS["max_iter"], metavar="N",
-                   help="optimiser steps (default: %(default)s)")
+    p.add_argument("--max-iter", type=int, default=None, metavar="N",
+                   help="ceiling on the fit's iterations (default: the estimator's)")
     p.set_defaults(func=_cmd_demo)  # the demo runs on DEMO_THREADS = 1 torch thread unless --threads is given
     return parser
 
@@ -715,14 +713,14 @@ def _cmd_demo(args) -> int:
 
 def _run_demo(args) -> int:
     start = time.perf_counter()
-    settings = {**DEMO_SETTINGS, "max_iter": args.max_iter}
+    settings = {**DEMO_SETTINGS, **({} if args.max_iter is None else {"max_iter": args.max_iter})}
     protocol = datasets.SplitProtocol(DEMO_TEST_FRACTION)
     X_train, X_test, y_train, y_test = datasets.train_test("digits", seed=0, protocol=protocol)
     print(f"sgpc demo: scikit-learn digits, {len(y_train)} training / {len(y_test)} test rows "
           f"({X_train.shape[1]} features, 10 classes; stratified {1 - DEMO_TEST_FRACTION:.0%}/"
           f"{DEMO_TEST_FRACTION:.0%} split, seed 0, standardised on the training rows)")
-    print("settings: " + ", ".join(f"{k}={v!r}" for k, v in settings.items())
-          + f"; torch threads: {torch.get_num_threads()}")
+    print("settings: GPClassifier(" + ", ".join(f"{k}={v!r}" for k, v in settings.items())
+          + f"), every other setting at its default; torch threads: {torch.get_num_threads()}")
     est = GPClassifier(**settings, verbose=1)
     fit_start = time.perf_counter()
     est.fit(X_train, y_train, X_val=X_test, y_val=y_test, eval_every=DEMO_EVAL_EVERY)
@@ -730,12 +728,14 @@ def _run_demo(args) -> int:
     proba = est.predict_proba(X_test)
     y_idx = metrics.class_indices(y_test, est.classes_)
     result = metrics.evaluate(y_idx, proba)
+    print(f"fit: {est.method_}, {est.n_iter_} iterations, "
+          + ("converged" if est.converged_ else "stopped at its ceiling before it converged"))
     print(f"test error  {result['error']:.2%}")
     print(f"test NLL    {result['nll']:.4f}")
     print(f"Brier score {result['brier']:.4f}")
     print(f"ECE         {result['ece']:.4f} (15 bins)")
     curve = metrics.reliability_curve(y_idx, proba)
-    figure = _demo_figure(est.history_, len(y_train), curve, pathlib.Path(args.out))
+    figure = _demo_figure(est.history_, len(y_train), curve, pathlib.Path(args.out), est.method_)
     if figure is None:
         print("figure skipped: matplotlib is not installed (pip install sgpc[plot])")
     else:
@@ -745,8 +745,10 @@ def _run_demo(args) -> int:
     return 0
 
 
-def _demo_figure(history: dict, n_train: int, curve: dict, out: pathlib.Path) -> pathlib.Path | None:
-    """Draw the demo's figure to out/demo.png; None when matplotlib is missing."""
+def _demo_figure(history: dict, n_train: int, curve: dict, out: pathlib.Path,
+                 method: str = "") -> pathlib.Path | None:
+    """Draw the demo's figure to out/demo.png; None when matplotlib is missing. ``method``: the fitted one, named in
+    the left panel's title (its objective is that method's: EP's log Z_q, VI's ELBO, with any prior)."""
     try:
         from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
     except ImportError:
@@ -755,14 +757,14 @@ def _demo_figure(history: dict, n_train: int, curve: dict, out: pathlib.Path) ->
     left, right = fig.subplots(1, 2)
     left.semilogy(history["iteration"], [-o / n_train for o in history["objective"]], color="C0")
     left.set_xlabel("iteration")
-    left.set_ylabel("−ELBO per training point", color="C0")
+    left.set_ylabel("−training objective per point", color="C0")
     if history["validation"]:
         twin = left.twinx()
         rows = history["validation"]
         twin.plot([r["iteration"] for r in rows], [r["nll"] for r in rows], "o-", color="C1")
         twin.set_ylabel("NLL on the held-out test split", color="C1")
         twin.set_ylim(0, 1.2 * max(r["nll"] for r in rows))  # from 0, so small changes look small
-    left.set_title("training")
+    left.set_title(f"training ({method})" if method else "training")
     edges, used = curve["bin_edges"], curve["count"] > 0
     right.bar(edges[:-1][used], curve["accuracy"][used], width=edges[1] - edges[0], align="edge", alpha=0.7,
               edgecolor="k", label="accuracy in bin")
