@@ -125,7 +125,7 @@ def test_run_fit_records_timeouts_errors_and_skips():
 
 
 def test_the_kernel_search_column_runs_on_request_and_records_the_kernel_it_refitted():
-    assert "sgpc-kernel-cv" not in suite.select_columns("all", [])          # eight fits' cost: never by default
+    assert "sgpc-kernel-cv" not in suite.select_columns("all", [])          # seven fits' time: never by default
     col = suite.select_columns("sgpc-kernel-cv,logreg", [])["sgpc-kernel-cv"]
     with pytest.raises(ValueError, match="built-in column"):
         suite.select_columns("all", ["sgpc-kernel-cv=max_iter=3"])
