@@ -83,3 +83,24 @@ def test_an_sgpc_runs_estimator_takes_the_rate_and_its_decay_and_the_runs_struct
     # the optimizer reads the decay: the settings a fit resolves carry it
     from sgpc import fitting
     assert fitting.settings(est)["optimizer_params"]["lr_decay"] == 0.9
+
+
+def test_the_random_flights_set_holds_out_ten_thousand_rows_drawn_from_the_whole_file():
+    import numpy as np
+    from sgpc.datasets import train_test
+    from sgpc.tabular import Dataset
+    assert ttt._protocol("flights-200") is None                       # the data set's own: the last 10 000 rows
+    protocol = ttt._protocol("flights-200-random")
+    assert ttt.SETS["flights-200-random"] == ttt.SETS["flights-200"]  # the same data, M and B
+    assert round(protocol.test_fraction * 3_000_000) == 10_000
+    # on a file in time order whose labels drift, the random test rows come from every part of it (the last
+    # 10 000 rows would all be from its end) and keep the classes' shares
+    n = 30_000
+    order = np.arange(n, dtype=float)[:, None]
+    y = np.where(np.arange(n) < 2 * n // 3, "early", "late")
+    X_train, X_test, _, y_test = train_test(Dataset("flights-3m", order, y, ("t",)), protocol=protocol,
+                                            standardize=False)
+    assert len(X_test) == round(protocol.test_fraction * n) == 100
+    assert X_test.min() < n / 10 and X_test.max() > 9 * n / 10
+    assert abs(np.mean(y_test == "late") - 1 / 3) <= 0.02
+    assert len(X_train) + len(X_test) == n

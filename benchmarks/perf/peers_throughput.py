@@ -58,10 +58,12 @@ RUNS = [("sgpc", "vi"), ("sgpc", "sep"), ("sgpc", "apep"), ("sgpc", "vi-shared")
         ("gpflow", "svgp-robustmax")]
 
 
-def _data(name):
+def _data(name, protocol=None):
+    """A set's training and test rows, standardised: ``sgpc.datasets.train_test(name, seed=0)``, by the set's own
+    split protocol or by ``protocol`` when given (a `sgpc.datasets.SplitProtocol`)."""
     import numpy as np
     from sgpc import datasets
-    Xtr, Xte, ytr, yte = datasets.train_test(name, seed=0, standardize=True)
+    Xtr, Xte, ytr, yte = datasets.train_test(name, seed=0, standardize=True, protocol=protocol)
     classes = np.unique(ytr)
     return Xtr, np.searchsorted(classes, ytr), Xte, np.searchsorted(classes, yte), len(classes)
 
