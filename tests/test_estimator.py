@@ -849,3 +849,18 @@ def test_prediction_moves_rows_to_the_model_block_by_block(monkeypatch):
     monkeypatch.setattr(fitting, "as_tensor", lambda p, A: seen.append(len(A)) or convert(p, A))
     np.testing.assert_allclose(est.predict_proba(X), whole, rtol=0, atol=1e-12)
     assert seen == [50, 50, 20]
+
+
+def test_a_verbose_minibatch_fit_says_when_it_refreshes_the_sites_on_every_row(capsys):
+    # the refresh after the last step is one pass over all rows (about 30 s on 3 million): a verbose fit says so
+    # rather than going quiet after its progress bar; a fit without minibatch site increments has no such pass
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    settings = dict(n_inducing=8, max_iter=4, tol=None, random_state=0, verbose=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        GPClassifier(method="sep", batch_size=50, **settings).fit(X, y)
+        assert "sgpc: refreshing the sites on all 150 rows" in capsys.readouterr().out
+        GPClassifier(method="vi", batch_size=50, **settings).fit(X, y)
+        GPClassifier(method="ep", **settings).fit(X, y)
+        assert "refreshing" not in capsys.readouterr().out

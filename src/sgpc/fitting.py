@@ -390,6 +390,9 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
                                    monitor=None if monitor is None else monitor(engine), prior=hyperprior(p, est.model_),
                                    sample_weight=wt)
     # the loop ends on a hyper-parameter step: refresh the sites (a no-op for VI) before q is read
+    if p["verbose"] and p["batch_size"] is not None and engine.capabilities.increment:
+        # one pass over every row after the last step: about 30 s on 3 million rows (docs/results/scale.md)
+        print(f"sgpc: refreshing the sites on all {N} rows (one pass, after the last step)")
     est.state_ = refresh(est.model_, engine, est.state_, Xt, yt, comm=comm)
     record_engine_events(history, engine, est.state_, len(history.iteration), reason="final refresh", final=True)
     finish(est, p, engine, history, warm, full_gp, X_check=Xt)
