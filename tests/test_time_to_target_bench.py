@@ -104,3 +104,39 @@ def test_the_random_flights_set_holds_out_ten_thousand_rows_drawn_from_the_whole
     assert X_test.min() < n / 10 and X_test.max() > 9 * n / 10
     assert abs(np.mean(y_test == "late") - 1 / 3) <= 0.02
     assert len(X_train) + len(X_test) == n
+
+
+def test_the_returned_model_is_scored_as_fit_returns_it_without_changing_the_fit(monkeypatch):
+    # --sgpc-returned: at each evaluation, the sites refreshed on all training rows, as fit does after its last
+    # step. At the last step that is the fitted model itself; and the refreshes (on copies) leave training as it was.
+    import numpy as np
+    from sklearn.datasets import load_iris
+    from sklearn.preprocessing import StandardScaler
+    from sgpc import GPClassifier, fitting
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    Xv, yv = X[::3], y[::3]
+
+    def fit():
+        est = GPClassifier(method="sep", n_inducing=10, batch_size=30, tol=None, max_iter=24, random_state=0)
+        return est.fit(X, y, X_val=Xv, y_val=yv, eval_every=8)
+    plain = fit()
+    monkeypatch.setattr(fitting, "validator", ttt.returned_validator(fitting.validator, X, y))
+    scored = fit()
+    assert scored.history_["objective"] == plain.history_["objective"]
+    rows = scored.history_["validation"]
+    assert [r["iteration"] for r in rows] == [8, 16, 24]
+    assert [r["nll"] for r in rows] == [r["nll"] for r in plain.history_["validation"]]
+    p = scored.predict_proba(Xv)
+    assert rows[-1]["nll_returned"] == pytest.approx(-np.mean(np.log(p[np.arange(len(yv)), yv])), rel=1e-9)
+    assert rows[-1]["nll_returned"] != pytest.approx(rows[-1]["nll"], rel=1e-6)   # the running sites differ
+    assert all(r["refresh_s"] > 0 for r in rows)
+
+
+def test_a_run_scored_as_returned_becomes_its_own_column():
+    record = {"set": "mnist-200", "run": "sgpc-sep", "steps": 5, "trace": [{"time": 1.0, "nll": 0.3}],
+              "returned_trace": [{"time": 1.5, "nll": 0.25}]}
+    plain, returned = ttt.as_records(record)
+    assert "returned_trace" not in plain and plain["trace"] == [{"time": 1.0, "nll": 0.3}]
+    assert returned["run"] == "sgpc-sep/returned" and returned["trace"] == [{"time": 1.5, "nll": 0.25}]
+    assert ttt.as_records({"set": "s", "run": "gpflow-adam", "trace": []}) == [{"set": "s", "run": "gpflow-adam", "trace": []}]

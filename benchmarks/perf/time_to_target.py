@@ -19,7 +19,11 @@ Runs (--runs):
                                            Adam's rate for every sgpc run and names the run ``<run>@R``, so
                                            runs at several rates share one results file; --sgpc-lr-decay G
                                            multiplies that rate by G per pass over the data
-                                           (``optimizer_params={"lr_decay": G}``) and adds ``/decay=G``. The budget is imposed from outside:
+                                           (``optimizer_params={"lr_decay": G}``) and adds ``/decay=G``.
+                                           --sgpc-returned adds the column ``<run>/returned``: at every evaluation,
+                                           the model ``fit`` would return if it stopped there (SEP's sites refreshed
+                                           on all training rows, as ``fit`` does after its last step), at the
+                                           training time plus that refresh's. The budget is imposed from outside:
                                            the child wraps ``fitting.train_settings`` to set ``max_time`` to the
                                            budget less the initialisation time.
   sgpc-sep-shared, sgpc-vi-shared          the same with one set of inducing inputs and one kernel for all
@@ -135,8 +139,36 @@ def sgpc_estimator(run, M, B, device="cpu", dtype="float64", learning_rate=None,
                         method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
 
 
+def returned_validator(validator, X, y):
+    """``fitting.validator`` wrapped so that each evaluation also scores the model ``fit`` would return if it stopped
+    at that step: the sites refreshed on all training rows X, y (``train.refresh``, what ``fit`` does after its last
+    step), on a copy of the state; the running state's constants are written back before training goes on. The row
+    gets ``nll_returned``, ``error_returned`` and ``refresh_s`` (the refresh's seconds, which a user stopping there
+    would wait)."""
+    import torch
+    from sgpc.train import refresh, write_constants
+
+    def wrapped(est, p, engine, X_val, y_val):
+        validate = validator(est, p, engine, X_val, y_val)
+        if validate is None or not engine.capabilities.increment:
+            return validate
+        Xs = torch.as_tensor(X, dtype=getattr(torch, p["dtype"]), device=p["device"])
+        ys = torch.as_tensor(y, device=p["device"])
+
+        def both(model, state):
+            row = validate(model, state)
+            start = time.perf_counter()
+            fresh = refresh(model, engine, state, Xs, ys)
+            refresh_s = time.perf_counter() - start
+            now = validate(model, fresh)
+            write_constants(model, engine, state)
+            return {**row, "nll_returned": now["nll"], "error_returned": now["error"], "refresh_s": refresh_s}
+        return both
+    return wrapped
+
+
 def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None,
-             lr_decay=None):
+             lr_decay=None, returned=False):
     from sgpc import fitting
     est = sgpc_estimator(run, M, B, device, dtype, learning_rate, lr_decay)
     marks, train_settings = {}, fitting.train_settings
@@ -146,10 +178,18 @@ def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="f
         return dataclasses.replace(train_settings(p, run_args), max_time=max(budget - marks["init_s"], 1e-9))
 
     fitting.train_settings = budgeted
+    if returned:
+        fitting.validator = returned_validator(fitting.validator, X, y)
     marks["called"] = time.perf_counter()
     est.fit(X, y, X_val=Xt, y_val=yt, eval_every=eval_every)
+    rows = est.history_["validation"]
     trace = [{"step": r["iteration"], "time": marks["init_s"] + r["time"], "nll": r["nll"], "error": r["error"]}
-             for r in est.history_["validation"]]
+             for r in rows]
+    if returned and rows and "nll_returned" in rows[0]:
+        as_returned = [{"step": r["iteration"], "time": marks["init_s"] + r["time"] + r["refresh_s"],
+                        "nll": r["nll_returned"], "error": r["error_returned"], "refresh_s": r["refresh_s"]}
+                       for r in rows if "nll_returned" in r]
+        return trace, {"init_s": marks["init_s"], "steps": est.n_iter_, "returned_trace": as_returned}
     return trace, {"init_s": marks["init_s"], "steps": est.n_iter_}
 
 
@@ -265,6 +305,15 @@ def run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every):
     return _loop(clock, draw_and_step, budget, eval_every, predict_log_proba, Xt, yt)
 
 
+def as_records(record: dict) -> list[dict]:
+    """A child's record, and with ``--sgpc-returned`` a second one, ``<run>/returned``, whose trace is the model
+    ``fit`` would have returned at each evaluation (``returned_validator``): its own column in the report."""
+    if "returned_trace" not in record:
+        return [record]
+    plain = {k: v for k, v in record.items() if k != "returned_trace"}
+    return [plain, {**plain, "run": plain["run"] + "/returned", "trace": record["returned_trace"]}]
+
+
 def _protocol(setname: str):
     """The split protocol of a set in `PROTOCOLS` (None: its data set's own)."""
     if setname not in PROTOCOLS:
@@ -274,7 +323,8 @@ def _protocol(setname: str):
 
 
 def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
-          threads: int = 1, sgpc_learning_rate: float | None = None, sgpc_lr_decay: float | None = None) -> dict:
+          threads: int = 1, sgpc_learning_rate: float | None = None, sgpc_lr_decay: float | None = None,
+          sgpc_returned: bool = False) -> dict:
     import torch
     torch.set_num_threads(threads)
     name, M, B = SETS[setname]
@@ -282,7 +332,7 @@ def child(setname: str, run: str, budget: float, eval_every: int, device: str = 
     load = os.getloadavg()
     if run.startswith("sgpc-"):
         trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate,
-                                sgpc_lr_decay)
+                                sgpc_lr_decay, sgpc_returned)
         if sgpc_learning_rate is not None:
             extra = {**extra, "learning_rate": sgpc_learning_rate}
         if sgpc_lr_decay is not None:
@@ -425,6 +475,9 @@ def main(argv=None):
     p.add_argument("--sgpc-lr-decay", type=float,
                    help="multiply the sgpc runs' Adam rate by this per pass over the data (optimizer_params lr_decay); "
                         "the runs' names end in /decay=G")
+    p.add_argument("--sgpc-returned", action="store_true",
+                   help="also score, at every evaluation, the model fit would return if it stopped there (the sites "
+                        "refreshed on all training rows, its time added); recorded as the run <run>/returned")
     p.add_argument("--python", default=sys.executable,
                    help="the interpreter of the runs (one with the peers installed: pip install sgpc[bench])")
     p.add_argument("--name", default="time_to_target")
@@ -435,7 +488,7 @@ def main(argv=None):
     if args.child:
         globals()["NATGRAD_GAMMA"] = args.gamma
         print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every, args.device, args.dtype,
-                               args.threads, args.sgpc_learning_rate, args.sgpc_lr_decay)))
+                               args.threads, args.sgpc_learning_rate, args.sgpc_lr_decay, args.sgpc_returned)))
         return
     if args.report:
         # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
@@ -467,12 +520,14 @@ def main(argv=None):
                 cmd += ["--sgpc-learning-rate", str(args.sgpc_learning_rate)]
             if args.sgpc_lr_decay is not None and run.startswith("sgpc-"):
                 cmd += ["--sgpc-lr-decay", str(args.sgpc_lr_decay)]
+            if args.sgpc_returned and run.startswith("sgpc-"):
+                cmd += ["--sgpc-returned"]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
                 runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate, args.sgpc_lr_decay), "error": r.stderr[-3000:]})
                 print(f"{s} {run}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 continue
-            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            runs.extend(as_records(json.loads(r.stdout.strip().splitlines()[-1])))
             done = runs[-1]
             last = done["trace"][-1] if done["trace"] else {"nll": math.nan, "error": math.nan}
             print(f"{s} {run}: {done['steps']} steps, final NLL {last['nll']:.4f}, error {last['error']:.4f}"
