@@ -89,8 +89,8 @@ def test_the_random_flights_set_holds_out_ten_thousand_rows_drawn_from_the_whole
     import numpy as np
     from sgpc.datasets import train_test
     from sgpc.tabular import Dataset
-    assert ttt._protocol("flights-200") is None                       # the data set's own: the last 10 000 rows
-    protocol = ttt._protocol("flights-200-random")
+    assert "flights-200" not in ttt.TEST_SPLITS                       # the data set's own: the last 10 000 rows
+    protocol = ttt.TEST_SPLITS["flights-200-random"]
     assert ttt.SETS["flights-200-random"] == ttt.SETS["flights-200"]  # the same data, M and B
     assert round(protocol.test_fraction * 3_000_000) == 10_000
     # on a file in time order whose labels drift, the random test rows come from every part of it (the last

@@ -71,6 +71,7 @@ sys.path.insert(0, str(HERE.parent))   # benchmarks/: _common
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 sys.path.insert(0, str(HERE))          # peers_throughput: the data and GPyTorch's model, shared with it
 from peers_throughput import _data, gpytorch_svgp  # noqa: E402
+from sgpc.datasets import SplitProtocol  # noqa: E402
 
 SETS = {"satimage-100": ("satimage", 100, 200), "satimage-200": ("satimage", 200, 200),
         "mnist-200": ("mnist", 200, 200), "flights-200": ("flights-3m", 200, 1024),
@@ -78,7 +79,7 @@ SETS = {"satimage-100": ("satimage", 100, 200), "satimage-200": ("satimage", 200
 # A set whose test rows are not its protocol's: flights-3m's protocol tests on the file's last 10 000 rows, the
 # last hours of 30 June 2001 (52.6% of them late, against 33.4% over the half-year), so a test NLL there is
 # mostly one afternoon's delays; "flights-200-random" holds out 10 000 rows drawn at random (stratified, seed 0).
-PROTOCOLS = {"flights-200-random": {"test_fraction": 10_000 / 3_000_000}}   # `sgpc.datasets.SplitProtocol` fields
+TEST_SPLITS = {"flights-200-random": SplitProtocol(test_fraction=10_000 / 3_000_000)}   # else the data set's own
 TARGETS = {"mnist": 0.0725}               # the paper's SEP test NLL on MNIST (scalable-ep, Table 3)
 RUNS = ("sgpc-sep", "sgpc-vi", "sgpc-vi-natgrad", "sgpc-sep-shared", "sgpc-vi-shared",
         "gpflow-adam", "gpflow-natgrad", "gpytorch-adam", "gpytorch-ngd")
@@ -314,21 +315,13 @@ def as_records(record: dict) -> list[dict]:
     return [plain, {**plain, "run": plain["run"] + "/returned", "trace": record["returned_trace"]}]
 
 
-def _protocol(setname: str):
-    """The split protocol of a set in `PROTOCOLS` (None: its data set's own)."""
-    if setname not in PROTOCOLS:
-        return None
-    from sgpc.datasets import SplitProtocol
-    return SplitProtocol(**PROTOCOLS[setname])
-
-
 def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
           threads: int = 1, sgpc_learning_rate: float | None = None, sgpc_lr_decay: float | None = None,
           sgpc_returned: bool = False) -> dict:
     import torch
     torch.set_num_threads(threads)
     name, M, B = SETS[setname]
-    X, y, Xt, yt, C = _data(name, _protocol(setname))
+    X, y, Xt, yt, C = _data(name, TEST_SPLITS.get(setname))
     load = os.getloadavg()
     if run.startswith("sgpc-"):
         trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate,
