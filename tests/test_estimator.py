@@ -466,7 +466,17 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
     (dict(inducing_params={"learn": "False"}), r"inducing_params\['learn'\] must be True or False"),   # "False" is true
     (dict(inducing_params={"init": "grid"}), r"unknown inducing_params\['init'\] 'grid'; valid: 'kmeans', 'random'"),
     (dict(inducing_params={"shared_inducing": True}),
-     r"unknown inducing_params key 'shared_inducing' for the inducing inputs; valid: 'init', 'learn', 'shared'"),
+     r"unknown inducing_params key 'shared_inducing' for the inducing inputs; valid: 'init', 'learn', 'shared', "
+     r"'learning_rate'"),
+    (dict(inducing_params={"learning_rate": 0.0, "learn": True}),
+     r"inducing_params\['learning_rate'\] must be a finite number in \(0, ∞\) or None \(the fit's learning_rate\)"),
+    # a rate for inputs that stay fixed would do nothing: full-batch ep keeps them by default
+    (dict(inducing_params={"learning_rate": 0.02}),
+     r"inducing inputs that stay fixed \(inducing_params\['learn'\] is False, the full-batch default of method='ep'\)"),
+    (dict(inducing_params={"learning_rate": 0.02, "learn": False}, method="vi"),
+     r"inducing inputs that stay fixed \(inducing_params\['learn'\] is False\)"),
+    (dict(inducing_params={"learning_rate": 0.02, "learn": True}, method="vi", optimizer="lbfgs"),
+     r"got optimizer='lbfgs'"),
     (dict(optimizer_params={"decay": 0.9}), r"unknown optimizer_params key 'decay' for optimizer='rprop'; valid: 'lr_decay'"),
     (dict(optimizer_params={"decay": 0.9}, batch_size=50),          # minibatches: the default optimizer is Adam
      r"unknown optimizer_params key 'decay' for optimizer='adam'; valid: 'lr_decay'"),
@@ -864,3 +874,35 @@ def test_a_verbose_minibatch_fit_says_when_it_refreshes_the_sites_on_every_row(c
         GPClassifier(method="vi", batch_size=50, **settings).fit(X, y)
         GPClassifier(method="ep", **settings).fit(X, y)
         assert "refreshing" not in capsys.readouterr().out
+
+
+def test_the_inducing_inputs_own_rate_reaches_the_optimiser_and_the_model_file(iris, tmp_path):
+    X, y = iris
+    ck = tmp_path / "ck.pt"
+    kw = dict(method="sep", n_inducing=10, batch_size=50, max_iter=6, tol=None, random_state=0, learning_rate=0.05)
+    clf = GPClassifier(**kw, inducing_params={"learning_rate": np.float64(0.02)})
+    clf.fit(X, y, checkpoint_path=str(ck), checkpoint_every=6)
+    from sgpc.persist import load_checkpoint
+    groups = load_checkpoint(ck)["optimizer"]["param_groups"]
+    assert [g["lr"] for g in groups] == [0.05, 0.02]
+    assert groups[1]["params"] and len(groups[0]["params"]) > 1
+    plain = GPClassifier(**kw).fit(X, y)
+    assert not np.allclose(plain.predict_proba(X), clf.predict_proba(X))
+    clf.save(tmp_path / "m.pt")
+    back = GPClassifier.load(tmp_path / "m.pt")
+    assert back.inducing_params == {"learning_rate": 0.02} and type(back.inducing_params["learning_rate"]) is float
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+
+
+def test_a_numpy_learning_rate_writes_a_checkpoint_that_resumes(iris, tmp_path):
+    # np.float64 rates went into Adam's param groups as NumPy objects, and the checkpoint that held them could not
+    # be read back (sgpc reads plain values only)
+    X, y = iris
+    ck = str(tmp_path / "ck.pt")
+    kw = dict(method="sep", n_inducing=10, batch_size=50, tol=None, random_state=0, learning_rate=np.float64(0.05),
+              optimizer_params={"lr_decay": np.float64(0.9)})
+    GPClassifier(**kw, max_iter=6).fit(X, y, checkpoint_path=ck, checkpoint_every=6)
+    resumed = GPClassifier(**kw, max_iter=12).fit(X, y, checkpoint_path=ck, checkpoint_every=6, resume=True)
+    straight = GPClassifier(**kw, max_iter=12).fit(X, y)
+    assert resumed.n_iter_ == 12
+    np.testing.assert_array_equal(resumed.predict_proba(X), straight.predict_proba(X))

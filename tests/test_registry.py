@@ -251,7 +251,7 @@ def test_option_defaults_are_the_documented_ones():
     assert {name: (m.full_batch_fit, m.full_batch_likelihoods) for name, m in METHODS.items() if m.full_batch_fit} == \
         {"sep": ({**adam_fit, "learning_rate": 0.1}, None), "vi": (adam_fit, ("robustmax", "step"))}
     assert [name for name, m in METHODS.items() if m.learn_epsilon] == ["vi"]
-    assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False}
+    assert INDUCING_OPTIONS == {"init": "kmeans", "learn": True, "shared": False, "learning_rate": None}
     assert OPTIMIZER_OPTIONS == {"lr_decay": 1.0}
 
 

@@ -408,3 +408,54 @@ def test_inducing_inputs_step_in_length_scales_on_small_features(tmp_path):
     go(TrainSettings(learning_rate=0.05, max_iter=15, checkpoint_path=ck, checkpoint_every=15))
     m2, state2 = go(TrainSettings(learning_rate=0.05, max_iter=30, checkpoint_path=ck, checkpoint_every=15), resume=True)
     torch.testing.assert_close(flat(m2, state2), flat(m, state), rtol=0, atol=0)      # resumes exactly
+
+
+def test_the_inducing_inputs_step_at_their_own_rate_and_everything_else_at_the_fits():
+    # At q's prior (VI's start) the first step's gradient in Z is 0, so Z first moves at step 2, from the same
+    # state in both fits: Adam's step is proportional to its rate, so Z moves 4 times as far at 4 times the rate,
+    # and every other parameter as it does at the fit's own rate
+    def two_steps(z_rate):
+        model, _, _ = problem()
+        Z0 = model.Z.detach().clone()
+        model, state, _ = run(TrainSettings(learning_rate=0.05, inducing_learning_rate=z_rate, max_iter=2),
+                              model=model)
+        rest = torch.cat([p.detach().reshape(-1) for n, p in model.named_parameters() if n != "Z"])
+        return model.Z.detach() - Z0, torch.cat([rest, *[p.detach().reshape(-1) for p in state.q.parameters()]])
+    dZ_fast, rest_fast = two_steps(0.2)
+    dZ_same, rest_same = two_steps(0.05)
+    assert dZ_same.abs().min() > 1e-4
+    torch.testing.assert_close(dZ_fast, 4 * dZ_same, rtol=1e-9, atol=0)
+    torch.testing.assert_close(rest_fast, rest_same, rtol=0, atol=0)
+    # a rate equal to the fit's is the single-group fit, bit for bit
+    same = run(TrainSettings(learning_rate=0.05, inducing_learning_rate=0.05, max_iter=20, batch_size=8))
+    one = run(TrainSettings(learning_rate=0.05, max_iter=20, batch_size=8))
+    torch.testing.assert_close(flat(*same[:2]), flat(*one[:2]), rtol=0, atol=0)
+    slow = run(TrainSettings(learning_rate=0.05, inducing_learning_rate=0.01, max_iter=20, batch_size=8))
+    assert not torch.allclose(flat(*slow[:2]), flat(*one[:2]))
+
+
+def test_the_inducing_inputs_rate_decays_and_resumes_with_the_others(tmp_path):
+    ck = str(tmp_path / "ck.pt")
+    kw = dict(learning_rate=0.05, inducing_learning_rate=0.1, lr_decay=0.5, batch_size=8)
+    run(TrainSettings(**kw, max_iter=15, checkpoint_path=ck, checkpoint_every=15))
+    groups = load_checkpoint(ck)["optimizer"]["param_groups"]
+    assert [g["lr"] for g in groups] == pytest.approx([0.05 * 0.5 ** 3, 0.1 * 0.5 ** 3], rel=1e-12)
+    straight = run(TrainSettings(**kw, max_iter=30))
+    resumed = run(TrainSettings(**kw, max_iter=30, checkpoint_path=ck, checkpoint_every=15), resume=True)
+    torch.testing.assert_close(flat(*resumed[:2]), flat(*straight[:2]), rtol=0, atol=0)
+    # a checkpoint continues its own rates: another inducing rate is refused, not silently mixed
+    with pytest.raises(CheckpointError, match="inducing_learning_rate=0.1"):
+        run(TrainSettings(**{**kw, "inducing_learning_rate": 0.2}, max_iter=30, checkpoint_path=ck,
+                          checkpoint_every=15), resume=True)
+
+
+def test_an_inducing_rate_without_trained_inducing_inputs_or_under_lbfgs_is_refused():
+    with pytest.raises(ValueError, match="> 0"):
+        TrainSettings(inducing_learning_rate=0.0)
+    with pytest.raises(ValueError, match="lbfgs"):
+        TrainSettings(optimizer="lbfgs", inducing_learning_rate=0.1)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(40, 2, generator=g)
+    model = SparseGP(K.RBF(2, 3, noise=0.01), RobustMax(3), X[:6].clone(), learn_inducing=False)
+    with pytest.raises(ValueError, match="does not train them"):
+        run(TrainSettings(inducing_learning_rate=0.1, max_iter=2), model=model)

@@ -106,7 +106,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             init ("kmeans"): "kmeans" or "random" (a random subset of training rows); learn (the method's
             default, ``registry.Method.learn_inducing``: False for "ep", "gfitc", "rmgpc", "smgpc" and a full-batch
             "sep" fit, or "vi" fit with robust-max or step, True for the others): optimise them; shared (False): one set
-            for all latent functions (else one per latent, as in the papers).
+            for all latent functions (else one per latent, as in the papers); learning_rate (None: the fit's
+            ``learning_rate``): their own step size when they learn (not with L-BFGS), decayed as the others'.
         optimizer: "adam", "lbfgs" (full batch), "rprop" (full batch: torch's Rprop, a step of its own size per
             parameter along the gradient's sign, ×1.2 while the sign holds, ×0.5 when it flips, at most 1) or
             "adaptive" (the papers' batch rule: per-parameter rates ×1.02 while a gradient keeps its sign, ×0.5

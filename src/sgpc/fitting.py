@@ -111,7 +111,9 @@ def train_settings(p: dict, run: dict) -> TrainSettings:
     """The fit loop's settings from the parameters and ``run``, the per-run arguments of ``fit`` (eval_every,
     checkpoint_path, checkpoint_every)."""
     return TrainSettings(optimizer=p["optimizer"], learning_rate=p["learning_rate"],
-                         lr_decay=p["optimizer_params"]["lr_decay"], max_iter=p["max_iter"], n_epochs=p["n_epochs"],
+                         lr_decay=p["optimizer_params"]["lr_decay"],
+                         inducing_learning_rate=p["inducing_params"]["learning_rate"],
+                         max_iter=p["max_iter"], n_epochs=p["n_epochs"],
                          batch_size=p["batch_size"], checkpoint_path=run["checkpoint_path"],
                          checkpoint_every=run["checkpoint_every"], eval_every=run["eval_every"],
                          progress=bool(p["verbose"]),

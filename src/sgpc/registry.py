@@ -51,7 +51,7 @@ KERNEL_OPTIONS: dict[str, object] = {"latent_noise": 1e-3, "init_lengthscale": N
                                      "shared_kernel": False, "prior_scale": None}
 # the keys of inducing_params (how the inducing inputs Z start and whether they move; every method) and of
 # optimizer_params (every optimizer; lr_decay applies to "adam" only, ``train.TrainSettings``)
-INDUCING_OPTIONS: dict[str, object] = {"init": "kmeans", "learn": True, "shared": False}
+INDUCING_OPTIONS: dict[str, object] = {"init": "kmeans", "learn": True, "shared": False, "learning_rate": None}
 OPTIMIZER_OPTIONS: dict[str, object] = {"lr_decay": 1.0}
 
 

@@ -114,6 +114,9 @@ class TrainSettings:
         lr_decay: Adam only: the learning rate is multiplied by this factor per pass over the data
             (by lr_decay^(1/⌊N/|B|⌋) after every step), in (0, 1]; 1 keeps it constant. Minibatch noise puts
             a floor under what a constant rate reaches; a decaying rate goes below it.
+        inducing_learning_rate: the inducing inputs' own step size (Adam's rate, Rprop's initial step, the sign
+            rule's initial rate; decayed and halved on a rejected step as the others are), for a fit whose
+            inducing inputs are trained; None: ``learning_rate``. Not with L-BFGS (one line search moves all).
         model_structure: what the caller's settings make of the model beyond its modules (the estimator's
             method, likelihood and its constants, priors, ...): a checkpoint resumes only a fit with the
             same one.
@@ -141,12 +144,19 @@ class TrainSettings:
     progress: bool = False
     max_time: float | None = None
     lr_decay: float = 1.0
+    inducing_learning_rate: float | None = None
     model_structure: str = ""
     compile: str | None = None
     tol: float | None = None
     n_iter_no_change: int = 10
 
     def __post_init__(self):
+        # NumPy scalars (a grid search over np.logspace) as Python numbers: the rates go into the optimiser's
+        # param groups, which a checkpoint holds, and a checkpoint is read back with plain values only
+        for name in ("learning_rate", "lr_decay", "inducing_learning_rate", "max_time", "tol"):
+            v = getattr(self, name)
+            if isinstance(v, np.floating) or (isinstance(v, np.integer) and not isinstance(v, np.bool_)):
+                object.__setattr__(self, name, float(v))
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         for name in ("max_iter", "n_epochs", "batch_size", "checkpoint_every", "eval_every"):
@@ -191,6 +201,12 @@ class TrainSettings:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.lr_decay != 1.0 and self.optimizer != "adam":
             raise ValueError(f"lr_decay applies to optimizer='adam', not {self.optimizer!r}")
+        if self.inducing_learning_rate is not None:
+            if not self.inducing_learning_rate > 0:
+                raise ValueError(f"the inducing inputs' learning rate must be > 0, got {self.inducing_learning_rate}")
+            if self.optimizer == "lbfgs":
+                raise ValueError("optimizer='lbfgs' takes one step for every parameter (its line search moves them "
+                                 "together): drop the inducing inputs' own learning rate, or use 'adam'")
 
     def n_steps(self, n_rows: int) -> int:
         """Total optimiser steps for a data set of ``n_rows``."""
@@ -242,7 +258,9 @@ def _fingerprint(model: nn.Module, engine, X, y: torch.Tensor | None, settings: 
         data = {"n_rows": int(X.shape[0]), "n_features": int(X.shape[-1]), "hash": h.hexdigest()}
     return {"structure": "|".join(parts), "data": data, "model": f"{engine!r}|{settings.model_structure}",
             "training": {"optimizer": settings.optimizer, "learning_rate": float(settings.learning_rate),
-                         "lr_decay": float(settings.lr_decay)}}
+                         "lr_decay": float(settings.lr_decay),
+                         "inducing_learning_rate": None if settings.inducing_learning_rate is None
+                         else float(settings.inducing_learning_rate)}}
 
 
 class _IndexStream:
@@ -467,8 +485,16 @@ def _check_checkpoint_path(settings: TrainSettings, resume: bool) -> None:
                       "(and there is none to resume from); set checkpoint_every", UserWarning, stacklevel=3)
 
 
-def _optimizer(settings: TrainSettings, params: list) -> torch.optim.Optimizer:
-    """The optimiser of ``settings.optimizer`` over ``params``."""
+def _optimizer(settings: TrainSettings, params: list, inducing: torch.Tensor | None = None) -> torch.optim.Optimizer:
+    """The optimiser of ``settings.optimizer`` over ``params``; with ``settings.inducing_learning_rate``, the
+    inducing inputs ``inducing`` (one of ``params``) in a parameter group of that rate, the others in one of
+    ``settings.learning_rate``."""
+    if settings.inducing_learning_rate is not None:
+        if not any(p is inducing for p in params):
+            raise ValueError("the inducing inputs have their own learning rate, but this fit does not train them "
+                             "(inducing_params={'learn': False}): drop the rate, or let them learn")
+        params = [{"params": [p for p in params if p is not inducing]},
+                  {"params": [inducing], "lr": settings.inducing_learning_rate}]
     if settings.optimizer == "adam":
         # fused: one pass over each parameter per step (torch's CPU default loops over parameters with 7
         # element-wise operators each); the arithmetic is the same up to rounding (docs/design-notes.md)
@@ -755,7 +781,7 @@ def fit(model: nn.Module, engine: Engine, state, X, y: torch.Tensor | None, sett
     if natural and settings.optimizer == "lbfgs":
         raise ValueError("natural-gradient steps of q need optimizer='adam' or 'adaptive' for the hyper-parameters "
                          "(L-BFGS's line search would move q along with them)")
-    opt = _optimizer(settings, params)
+    opt = _optimizer(settings, params, getattr(model, "Z", None))
     history, start, resumed = History(), 0, None
     z_scale = _inducing_step_scale(model, settings.optimizer)   # a resumed fit scales as its first part did
     fingerprint = _fingerprint(model, engine, X, y, settings, sample_weight) if settings.checkpoint_path else None

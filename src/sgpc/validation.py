@@ -290,6 +290,7 @@ _OPTION_CHECKS = {
     "init": lambda n, v: check_choice(n, v, ("kmeans", "random")),
     "learn": check_flag,
     "shared": check_flag,
+    "learning_rate": lambda n, v: check_real(n, v, low=0.0, none="the fit's learning_rate"),
     "lr_decay": lambda n, v: check_real(n, v, low=0.0, high=1.0),
 }
 # groups whose keys read as themselves in messages ("epsilon must be ..."); the others' keys are named with their
@@ -388,6 +389,14 @@ def check_params(est) -> dict:
     check_flag("early_stopping", est.early_stopping)
     check_class_weight(est.class_weight)
     check_real("validation_fraction", est.validation_fraction, low=0.0, high=1.0, high_closed=False)
+    inducing = options["inducing_params"]
+    if inducing["learning_rate"] is not None and (est.optimizer == "lbfgs" or not inducing["learn"]):
+        raise ValueError("inducing_params['learning_rate'] is the step size of trained inducing inputs under "
+                         "optimizer='adam', 'rprop' or 'adaptive'; got "
+                         + ("optimizer='lbfgs' (one line search moves every parameter)" if est.optimizer == "lbfgs"
+                            else "inducing inputs that stay fixed (inducing_params['learn'] is False"
+                            + ("" if "learn" in (est.inducing_params or {}) else f", the full-batch default of "
+                               f"method={est.method!r}") + ")") + ": drop it, or change that")
     natgrad_lr = options["method_params"].get("natgrad_lr")
     if natgrad_lr is not None and not (caps.free_gaussian and est.optimizer != "lbfgs"):
         raise ValueError(f"natgrad_lr applies to the free-Gaussian methods "
