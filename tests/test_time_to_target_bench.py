@@ -70,6 +70,8 @@ def test_a_run_with_a_rate_decay_is_named_apart_and_the_peers_keep_their_names()
     assert ttt.run_name("sgpc-sep", 0.05, 0.9) == "sgpc-sep@0.05/decay=0.9"
     assert ttt.run_name("sgpc-sep-shared", None, 0.8) == "sgpc-sep-shared/decay=0.8"
     assert ttt.run_name("gpytorch-adam", 0.05, 0.9) == "gpytorch-adam"
+    assert ttt.run_name("sgpc-sep", 0.1, 0.9, 0.05) == "sgpc-sep@0.1/decay=0.9/z=0.05"
+    assert ttt.run_name("gpytorch-adam", 0.1, None, 0.05) == "gpytorch-adam"
 
 
 def test_an_sgpc_runs_estimator_takes_the_rate_and_its_decay_and_the_runs_structure():
@@ -83,6 +85,12 @@ def test_an_sgpc_runs_estimator_takes_the_rate_and_its_decay_and_the_runs_struct
     # the optimizer reads the decay: the settings a fit resolves carry it
     from sgpc import fitting
     assert fitting.settings(est)["optimizer_params"]["lr_decay"] == 0.9
+    # the inducing inputs' own rate reaches the fit's settings, beside the shared inducing inputs
+    z = ttt.sgpc_estimator("sgpc-sep-shared", 100, 256, learning_rate=0.1, inducing_lr=0.05)
+    assert z.inducing_params == {"shared": True, "learning_rate": 0.05}
+    assert ttt.sgpc_estimator("sgpc-sep", 100, 256, inducing_lr=0.05).inducing_params == {"learning_rate": 0.05}
+    assert fitting.train_settings(fitting.settings(z), {"checkpoint_path": None, "checkpoint_every": 0,
+                                                        "eval_every": 50}).inducing_learning_rate == 0.05
 
 
 def test_the_random_flights_set_holds_out_ten_thousand_rows_drawn_from_the_whole_file():

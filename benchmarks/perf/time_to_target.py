@@ -19,7 +19,9 @@ Runs (--runs):
                                            Adam's rate for every sgpc run and names the run ``<run>@R``, so
                                            runs at several rates share one results file; --sgpc-lr-decay G
                                            multiplies that rate by G per pass over the data
-                                           (``optimizer_params={"lr_decay": G}``) and adds ``/decay=G``.
+                                           (``optimizer_params={"lr_decay": G}``) and adds ``/decay=G``;
+                                           --sgpc-inducing-lr Z gives the inducing inputs their own rate
+                                           (``inducing_params={"learning_rate": Z}``) and adds ``/z=Z``.
                                            --sgpc-returned adds the column ``<run>/returned``: at every evaluation,
                                            the model ``fit`` would return if it stopped there (SEP's sites refreshed
                                            on all training rows, as ``fit`` does after its last step), at the
@@ -115,19 +117,22 @@ class Clock:
         self.paused += time.perf_counter() - t_eval
 
 
-def run_name(run: str, sgpc_learning_rate: float | None, sgpc_lr_decay: float | None = None) -> str:
+def run_name(run: str, sgpc_learning_rate: float | None, sgpc_lr_decay: float | None = None,
+             sgpc_inducing_lr: float | None = None) -> str:
     """The name a run's record carries: an sgpc run at a given Adam rate R is ``<run>@R``, with a decay G of that
-    rate per pass ``<run>@R/decay=G`` (``<run>/decay=G`` at its own rate): its own column."""
+    rate per pass ``<run>@R/decay=G`` (``<run>/decay=G`` at its own rate), with the inducing inputs at their own
+    rate Z ``.../z=Z``: its own column."""
     if not run.startswith("sgpc-"):
         return run
     rate = "" if sgpc_learning_rate is None else f"@{sgpc_learning_rate:g}"
-    return f"{run}{rate}" + ("" if sgpc_lr_decay is None else f"/decay={sgpc_lr_decay:g}")
+    return (f"{run}{rate}" + ("" if sgpc_lr_decay is None else f"/decay={sgpc_lr_decay:g}")
+            + ("" if sgpc_inducing_lr is None else f"/z={sgpc_inducing_lr:g}"))
 
 
-def sgpc_estimator(run, M, B, device="cpu", dtype="float64", learning_rate=None, lr_decay=None):
+def sgpc_estimator(run, M, B, device="cpu", dtype="float64", learning_rate=None, lr_decay=None, inducing_lr=None):
     """The ``GPClassifier`` of an sgpc run (``RUNS``): its method, M inducing inputs, minibatches of B, no stopping
     rule (the budget ends the fit), Adam at ``learning_rate`` (None: the method's own) decayed by ``lr_decay`` per
-    pass (None: no decay)."""
+    pass (None: no decay), the inducing inputs at ``inducing_lr`` (None: the same rate)."""
     from sgpc import GPClassifier
     base = run.removeprefix("sgpc-")
     shared = base.endswith("-shared")
@@ -135,7 +140,9 @@ def sgpc_estimator(run, M, B, device="cpu", dtype="float64", learning_rate=None,
     return GPClassifier(method=method, n_inducing=M, batch_size=B, tol=None, max_iter=10 ** 9, random_state=0,
                         learning_rate=learning_rate,
                         optimizer_params=None if lr_decay is None else {"lr_decay": lr_decay},
-                        device=device, dtype=dtype, inducing_params={"shared": shared} if shared else None,
+                        device=device, dtype=dtype,
+                        inducing_params={**({"shared": True} if shared else {}),
+                                         **({} if inducing_lr is None else {"learning_rate": inducing_lr})} or None,
                         kernel_params={"shared_kernel": True} if shared else None,
                         method_params={"natgrad_lr": NATGRAD_GAMMA} if base.endswith("-natgrad") else None)
 
@@ -169,9 +176,9 @@ def returned_validator(validator, X, y):
 
 
 def run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device="cpu", dtype="float64", learning_rate=None,
-             lr_decay=None, returned=False):
+             lr_decay=None, returned=False, inducing_lr=None):
     from sgpc import fitting
-    est = sgpc_estimator(run, M, B, device, dtype, learning_rate, lr_decay)
+    est = sgpc_estimator(run, M, B, device, dtype, learning_rate, lr_decay, inducing_lr)
     marks, train_settings = {}, fitting.train_settings
 
     def budgeted(p, run_args):          # called once the model and the engine state are built
@@ -317,7 +324,7 @@ def as_records(record: dict) -> list[dict]:
 
 def child(setname: str, run: str, budget: float, eval_every: int, device: str = "cpu", dtype: str = "float64",
           threads: int = 1, sgpc_learning_rate: float | None = None, sgpc_lr_decay: float | None = None,
-          sgpc_returned: bool = False) -> dict:
+          sgpc_returned: bool = False, sgpc_inducing_lr: float | None = None) -> dict:
     import torch
     torch.set_num_threads(threads)
     name, M, B = SETS[setname]
@@ -325,18 +332,20 @@ def child(setname: str, run: str, budget: float, eval_every: int, device: str = 
     load = os.getloadavg()
     if run.startswith("sgpc-"):
         trace, extra = run_sgpc(run, X, y, Xt, yt, M, B, budget, eval_every, device, dtype, sgpc_learning_rate,
-                                sgpc_lr_decay, sgpc_returned)
+                                sgpc_lr_decay, sgpc_returned, sgpc_inducing_lr)
         if sgpc_learning_rate is not None:
             extra = {**extra, "learning_rate": sgpc_learning_rate}
         if sgpc_lr_decay is not None:
             extra = {**extra, "lr_decay": sgpc_lr_decay}
+        if sgpc_inducing_lr is not None:
+            extra = {**extra, "inducing_lr": sgpc_inducing_lr}
     elif run.startswith("gpytorch-"):
         trace, extra = run_gpytorch(run, X, y, Xt, yt, C, M, B, budget, eval_every, device, dtype)
     else:
         if device != "cpu" or dtype != "float64":
             raise ValueError("the GPflow runs are CPU/float64 only here")
         trace, extra = run_gpflow(run, X, y, Xt, yt, C, M, B, budget, eval_every)
-    return {"set": setname, "run": run_name(run, sgpc_learning_rate, sgpc_lr_decay), "N": len(y), "N_test": len(yt), "D": X.shape[1],
+    return {"set": setname, "run": run_name(run, sgpc_learning_rate, sgpc_lr_decay, sgpc_inducing_lr), "N": len(y), "N_test": len(yt), "D": X.shape[1],
             "C": C, "M": M, "B": B,
             "budget_s": budget, "eval_every": eval_every, "device": device, "dtype": dtype, "threads": threads,
             "trace": trace, **extra,
@@ -468,6 +477,9 @@ def main(argv=None):
     p.add_argument("--sgpc-lr-decay", type=float,
                    help="multiply the sgpc runs' Adam rate by this per pass over the data (optimizer_params lr_decay); "
                         "the runs' names end in /decay=G")
+    p.add_argument("--sgpc-inducing-lr", type=float,
+                   help="the sgpc runs' inducing inputs at this Adam rate, the rest at --sgpc-learning-rate "
+                        "(inducing_params learning_rate); the runs' names end in /z=Z")
     p.add_argument("--sgpc-returned", action="store_true",
                    help="also score, at every evaluation, the model fit would return if it stopped there (the sites "
                         "refreshed on all training rows, its time added); recorded as the run <run>/returned")
@@ -481,7 +493,8 @@ def main(argv=None):
     if args.child:
         globals()["NATGRAD_GAMMA"] = args.gamma
         print(json.dumps(child(args.child[0], args.child[1], args.budget, args.eval_every, args.device, args.dtype,
-                               args.threads, args.sgpc_learning_rate, args.sgpc_lr_decay, args.sgpc_returned)))
+                               args.threads, args.sgpc_learning_rate, args.sgpc_lr_decay, args.sgpc_returned,
+                               args.sgpc_inducing_lr)))
         return
     if args.report:
         # _common.write stores one line per run (with the run's config); the last line of each (set, run) counts
@@ -515,9 +528,12 @@ def main(argv=None):
                 cmd += ["--sgpc-lr-decay", str(args.sgpc_lr_decay)]
             if args.sgpc_returned and run.startswith("sgpc-"):
                 cmd += ["--sgpc-returned"]
+            if args.sgpc_inducing_lr is not None and run.startswith("sgpc-"):
+                cmd += ["--sgpc-inducing-lr", str(args.sgpc_inducing_lr)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode:
-                runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate, args.sgpc_lr_decay), "error": r.stderr[-3000:]})
+                runs.append({"set": s, "run": run_name(run, args.sgpc_learning_rate, args.sgpc_lr_decay,
+                                                           args.sgpc_inducing_lr), "error": r.stderr[-3000:]})
                 print(f"{s} {run}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 continue
             runs.extend(as_records(json.loads(r.stdout.strip().splitlines()[-1])))
