@@ -471,7 +471,7 @@ def test_save_writes_the_settings_the_model_was_fitted_with(iris, tmp_path):
     (dict(inducing_params={"learning_rate": 0.0, "learn": True}),
      r"inducing_params\['learning_rate'\] must be a finite number in \(0, ∞\) or None \(the fit's learning_rate\)"),
     # a rate for inputs that stay fixed would do nothing: full-batch ep keeps them by default
-    (dict(inducing_params={"learning_rate": 0.02}),
+    (dict(inducing_params={"learning_rate": 0.02}, batch_size=None),
      r"inducing inputs that stay fixed \(inducing_params\['learn'\] is False, the full-batch default of method='ep'\)"),
     (dict(inducing_params={"learning_rate": 0.02, "learn": False}, method="vi"),
      r"inducing inputs that stay fixed \(inducing_params\['learn'\] is False\)"),
@@ -906,3 +906,12 @@ def test_a_numpy_learning_rate_writes_a_checkpoint_that_resumes(iris, tmp_path):
     straight = GPClassifier(**kw, max_iter=12).fit(X, y)
     assert resumed.n_iter_ == 12
     np.testing.assert_array_equal(resumed.predict_proba(X), straight.predict_proba(X))
+
+
+def test_an_inducing_rate_where_batch_size_auto_keeps_the_full_batch_is_said_and_changes_nothing(iris):
+    # on large data "auto" takes sep's minibatches, whose inducing inputs learn; on iris it keeps ep's full batch,
+    # whose inducing inputs stay fixed: the rate does nothing there, and the fit says so
+    X, y = iris
+    with pytest.warns(UserWarning, match=r"inducing_params\['learning_rate'\] does nothing in this fit"):
+        with_rate = GPClassifier(**FAST, inducing_params={"learning_rate": 0.02}).fit(X, y)
+    np.testing.assert_array_equal(with_rate.predict_proba(X), GPClassifier(**FAST).fit(X, y).predict_proba(X))

@@ -263,10 +263,17 @@ def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
         else fresh["learning_rate"]
     likelihood = {**p["likelihood_params"],
                   **{k: v for k, v in fresh["likelihood_params"].items() if k == "learn_epsilon"}}
+    inducing = {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}
+    if inducing["learning_rate"] is not None and not inducing["learn"]:
+        # a rate given for the minibatch fits "auto" makes on large data; this one keeps Z where k-means put it
+        warnings.warn(f"inducing_params['learning_rate'] does nothing in this fit: batch_size='auto' chose the full "
+                      f"batch, where method={p['method']!r} keeps the inducing inputs fixed; set "
+                      "inducing_params['learn'] True to train them", UserWarning, stacklevel=4)
+        inducing["learning_rate"] = None
     return {**p, "batch_size": batch_size, "learning_rate": rate, "optimizer": fresh["optimizer"],
             "tol": fresh["tol"], "max_iter": fresh["max_iter"], "likelihood_params": likelihood,
             "kernel_params": {**p["kernel_params"], "prior_scale": fresh["kernel_params"]["prior_scale"]},
-            "inducing_params": {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}}
+            "inducing_params": inducing}
 
 
 def inducing_count(p: dict, N: int, stacklevel: int) -> int:

@@ -390,7 +390,10 @@ def check_params(est) -> dict:
     check_class_weight(est.class_weight)
     check_real("validation_fraction", est.validation_fraction, low=0.0, high=1.0, high_closed=False)
     inducing = options["inducing_params"]
-    if inducing["learning_rate"] is not None and (est.optimizer == "lbfgs" or not inducing["learn"]):
+    # with batch_size "auto" the fit decides whether Z learns (sep's minibatches do, ep's full batch does not):
+    # only a fixed Z that was asked for is refused here
+    fixed = not inducing["learn"] and ("learn" in (est.inducing_params or {}) or est.batch_size != "auto")
+    if inducing["learning_rate"] is not None and (est.optimizer == "lbfgs" or fixed):
         raise ValueError("inducing_params['learning_rate'] is the step size of trained inducing inputs under "
                          "optimizer='adam', 'rprop' or 'adaptive'; got "
                          + ("optimizer='lbfgs' (one line search moves every parameter)" if est.optimizer == "lbfgs"
