@@ -459,3 +459,13 @@ def test_an_inducing_rate_without_trained_inducing_inputs_or_under_lbfgs_is_refu
     model = SparseGP(K.RBF(2, 3, noise=0.01), RobustMax(3), X[:6].clone(), learn_inducing=False)
     with pytest.raises(ValueError, match="does not train them"):
         run(TrainSettings(inducing_learning_rate=0.1, max_iter=2), model=model)
+
+
+def test_rprop_starts_the_inducing_inputs_at_their_own_step_size():
+    # Rprop's first move of an element is its initial step size along the gradient's sign; Z's gradient is 0 at
+    # q's prior (step 1), so at step 2 every coordinate of Z moves by exactly the inducing inputs' rate
+    model, _, _ = problem()
+    Z0 = model.Z.detach().clone()
+    run(TrainSettings(optimizer="rprop", learning_rate=0.05, inducing_learning_rate=0.02, max_iter=2), model=model)
+    dZ = (model.Z.detach() - Z0).abs()
+    torch.testing.assert_close(dZ, torch.full_like(dZ, 0.02), rtol=1e-12, atol=0)
