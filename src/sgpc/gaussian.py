@@ -90,8 +90,27 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 6
         "check for NaN/inf in the inputs or extreme hyper-parameters")
 
 
-def solve_lower(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """L⁻¹B for lower-triangular L: [...,M,M], [...,M,K] -> [...,M,K]."""
+# A solve with at least this many right-hand sides per row of L goes through L⁻¹ (``solve_lower``).
+WIDE_SOLVE = 4
+
+
+def solve_lower(L: torch.Tensor, B: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+    """L⁻¹B (or L⁻ᵀB with ``transpose``) for lower-triangular L: [...,M,M], [...,M,K] -> [...,M,K].
+
+    With K ≥ ``WIDE_SOLVE``·M right-hand sides (a minibatch's K_uf, N training rows) it forms L⁻¹ by one
+    substitution against the identity (O(M³), in float64 for a float32 L) and multiplies: MKL's batched triangular
+    solve runs 2–4× slower than its matrix product at these shapes on the CPU (float32 slower than float64),
+    forward and backward (docs/design-notes.md, "Wide triangular solves through the inverse"). With the inverse
+    formed wide, a float32 product is as accurate as float32 substitution on kernel matrices up to the float32
+    jitter's condition number (tested); formed in float32 it was up to 8× less accurate.
+    """
+    if B.shape[-1] >= WIDE_SOLVE * L.shape[-1]:
+        wide = wide_dtype(L)
+        eye = torch.eye(L.shape[-1], dtype=wide, device=L.device)
+        inv = torch.linalg.solve_triangular(L.to(wide), eye.expand(L.shape), upper=False).to(L.dtype)
+        return (inv.mT if transpose else inv) @ B
+    if transpose:
+        return torch.linalg.solve_triangular(L.mT, B, upper=True)
     return torch.linalg.solve_triangular(L, B, upper=False)
 
 

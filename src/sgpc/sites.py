@@ -246,8 +246,13 @@ def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor, LP: tor
 
 def directions(model: SparseGP, X: torch.Tensor, Lk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """v_il = K⁻¹k_l(x_i) as [L,N,M] and the conditional variances s_il = k_ii + σ_n² − kᵀK⁻¹k, [L,N] (eq. 5)."""
+    if model.one_prior:                  # one K_uu for every latent: solve once, broadcast the views
+        A, kdiag = model.projection(X, Lk, broadcast=False)              # [1,M,N]
+        V = solve_lower(Lk[:1], A, transpose=True)
+        s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)                      # [L,N]: kdiag is [L,N]
+        return V.mT.expand(Lk.shape[0], -1, -1), s
     A, kdiag = model.projection(X, Lk)                                   # A = L_K⁻¹ K_uf  [L,M,N]
-    V = torch.linalg.solve_triangular(Lk.mT, A, upper=True)             # K⁻¹ K_uf        [L,M,N]
+    V = solve_lower(Lk, A, transpose=True)                               # K⁻¹ K_uf        [L,M,N]
     s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)
     return V.mT, s
 
