@@ -337,6 +337,37 @@ def test_initial_lengthscales_scale_with_the_spread_but_no_feature_isolates_a_ro
     np.testing.assert_allclose(initial_lengthscales(Z, Z.std(0)), np.sqrt(2))  # standardised: unchanged
 
 
+def test_initial_lengthscales_from_the_extremes_equal_the_largest_deviation_bit_for_bit():
+    # the deviation is formed from each column's max and min (no [N,D] temporary); rounding is monotone, so it
+    # must be the same number as max |H − mean| on any data, here with outliers, a constant and a tiny-scale column
+    from sgpc.initialization import initial_lengthscales
+    rng = np.random.default_rng(1)
+    N = 5_000
+    H = np.column_stack([rng.standard_t(1, N), rng.normal(1e6, 1e-3, N), np.full(N, -2.5), rng.normal(0, 1e-7, N),
+                         rng.exponential(1.0, N)])
+    std = H.std(0)
+    dev = np.abs(H - H.mean(0)).max(0)
+    constant = (std <= 1e-12 * np.abs(H).max(0)) | (dev <= 1e-12)
+    want = np.sqrt(H.shape[1]) * np.where(constant, 1.0, np.maximum(std, dev / 20.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                                  # the tiny-scale column warns
+        np.testing.assert_array_equal(initial_lengthscales(H, std), want)
+
+
+def test_integer_labels_are_encoded_as_numpys_unique_does():
+    # integer codes take a hashed path (classes, then each row's place among them): the same arrays as
+    # np.unique(y, return_inverse=True), for signed, unsigned and boolean labels and a 2-D label array
+    from sgpc.validation import unique_labels
+    rng = np.random.default_rng(0)
+    for y in [rng.integers(-3, 5, 1000), rng.integers(0, 2, 50).astype(bool), rng.integers(0, 200, 999).astype(np.uint8),
+              np.array([[1, 7], [7, 3]]), np.array([4])]:
+        classes, codes = unique_labels(y, "y")
+        want_classes, want_codes = np.unique(y, return_inverse=True)
+        np.testing.assert_array_equal(classes, want_classes)
+        np.testing.assert_array_equal(codes, want_codes)
+        assert codes.shape == want_codes.shape and codes.dtype == want_codes.dtype
+
+
 @pytest.mark.slow
 def test_raw_pixel_inputs_fit_without_standardisation():
     # digits in [0, 1]: with ℓ_d ∝ each pixel's spread the rarely-lit pixels put most images far from every

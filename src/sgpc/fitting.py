@@ -323,7 +323,8 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
     ``class_weight`` parameter (``weighting``)."""
     X, y = validated(est, X, y, reset=True)
     classes, y_enc = unique_labels(y, "y")         # mixed label types: our message, not numpy's TypeError
-    check_classification_targets(y)
+    if y.dtype.kind not in "biu":                  # 1-D integer labels are classes to scikit-learn: no second pass
+        check_classification_targets(y)
     rows, w = weighting.row_weights(p["class_weight"], classes, y_enc, check_sample_weight(sample_weight, len(X)))
     n_given = len(X)
     if rows is not None:                           # rows of weight 0 are left out, with the classes they leave
@@ -348,7 +349,7 @@ def fit_arrays(est, p: dict, X, y, *, X_val, y_val, resume: bool, comm, run: dic
                          "likelihood='robustmax' for more than 2, or method='vi' for this likelihood's multi-class "
                          "model")
     p = resolve_batch_size(chosen, p, X.shape[0], X.shape[1], len(classes))
-    p = resolve_dtype(est, p, len(X), len(classes), float(np.abs(X).max()) if X.size else 0.0)
+    p = resolve_dtype(est, p, len(X), len(classes), float(max(X.max(), -X.min())) if X.size else 0.0)
     rng = check_random_state(p["random_state"])
     seed = int(rng.randint(0, 2 ** 31 - 1))
     generator = torch.Generator().manual_seed(seed)

@@ -34,8 +34,11 @@ def initial_lengthscales(H: np.ndarray, std: np.ndarray) -> np.ndarray:
     D = H.shape[1]
     # constant up to rounding: relative to the column's own size, and in absolute terms for a column that
     # is rounding noise around 0 (a constant column after standardisation: std 3e-17, max 4e-16)
-    deviation = np.abs(H - H.mean(0)).max(0)                  # the largest distance from the mean, per feature
-    constant = (std <= 1e-12 * np.abs(H).max(0)) | (deviation <= 1e-12)
+    # the largest distance from the mean, per feature, from the extremes: no [N,D] temporary (rounding is monotone,
+    # so max_i fl(h_i − μ) = fl(max_i h_i − μ): the same values as max |H − μ|, bit for bit)
+    top, bottom, mean = H.max(0), H.min(0), H.mean(0)
+    deviation = np.maximum(top - mean, mean - bottom)
+    constant = (std <= 1e-12 * np.maximum(np.abs(top), np.abs(bottom))) | (deviation <= 1e-12)
     reach = deviation / 20.0
     ls = math.sqrt(D) * np.where(constant, 1.0, np.maximum(std, reach))
     tiny = np.flatnonzero(ls < 100.0 * K.LENGTHSCALE_FLOOR)
