@@ -260,3 +260,22 @@ def test_a_wide_solve_in_float32_is_as_accurate_as_the_substitution_on_an_ill_co
     assert sub[0] > 1e-4                                    # float32 does lose digits here: the test has teeth
     for got, base in zip(inv, sub):
         assert got <= 1.5 * base, (inv, sub)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed view"])
+def test_matvec_is_the_batched_matrix_vector_product_with_its_gradients(layout):
+    """``matvec`` forms A @ x as the one-row product xᵀAᵀ (faster on the CPU); values and gradients in A and x must
+    be those of A @ x[..., None], for A laid out either way (the directions V are a transposed view)."""
+    g = torch.Generator().manual_seed(6)
+    base = torch.randn(3, 9, 40, generator=g)
+    A0 = base.mT if layout == "transposed view" else base.mT.contiguous()          # [3,40,9]
+    x0, w = torch.randn(3, 9, generator=g), torch.randn(3, 40, generator=g)
+
+    def value_and_grads(fn):
+        A, x = A0.detach().clone().requires_grad_(), x0.clone().requires_grad_()
+        out = fn(A, x)
+        (out * w).sum().backward()
+        return out.detach(), A.grad, x.grad
+
+    for got, want in zip(value_and_grads(G.matvec), value_and_grads(lambda A, x: (A @ x[..., None])[..., 0])):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -20,7 +20,7 @@ import torch
 
 from . import sites as site_algebra   # the PD margins are read at call time (tests and probes set them)
 from .engine import Capabilities, Engine, rows_of
-from .gaussian import cholesky
+from .gaussian import cholesky, matvec
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, gather, is_pd,
                     log_Zq, make_factors, pd_damping, per_latent, q_state, removed_power, site_update,
                     whitened_precision)
@@ -306,7 +306,7 @@ def _every_row(state: EPState, idx: torch.Tensor) -> bool:
 
 def _sum_along(d: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """Σ_i d_li v_il [L,M] for d [L,B] and directions V [L,B,M] (one matrix-vector product per latent)."""
-    return (d[:, None, :] @ V)[:, 0, :]
+    return matvec(V.mT, d)
 
 
 def _sites_along(V, c1, c2, latent, n_latent: int, weight=None):

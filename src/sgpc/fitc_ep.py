@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from .engine import Capabilities, Engine, refuse_weights
-from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, solve_lower, sum_sq
+from .gaussian import NotPositiveDefiniteError, log_ndtr, match_moments, matvec, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["PairSites", "FITCPrior", "fitc_prior", "zero_sites", "factor_mask", "site_totals",
@@ -147,9 +147,9 @@ def _posterior(prior: FITCPrior, tau: torch.Tensor, nu: torch.Tensor):
     if not bool(ok.all()):      # keep the failed latents finite; callers only use the ok ones
         Lp = torch.where(ok[:, None, None], Lp, eye)
     B = solve_lower(Lp, A)                                                            # [L,M,N]
-    c = solve_lower(Lp, (A @ (g * n)[..., None]))[..., 0]                             # [L,M]
+    c = solve_lower(Lp, matvec(A, g * n)[..., None])[..., 0]                          # [L,M]
     var = d * g + g * g * sum_sq(B, -2)
-    mean = d * g * n + g * (B * c[..., None]).sum(-2)
+    mean = d * g * n + g * matvec(B.mT, c)
     ok = ok & torch.isfinite(var).all(-1) & torch.isfinite(mean).all(-1) & (var > 0).all(-1)
     return mean.transpose(0, 1), var.transpose(0, 1), Lp, c, ok
 
@@ -393,7 +393,7 @@ def log_evidence(prior: FITCPrior, tau: torch.Tensor, nu: torch.Tensor, log_Z_si
     if bool((info > 0).any()) or bool((one_td <= 0).any()):
         raise NotPositiveDefiniteError("the FITC-EP posterior is not positive definite at these hyper-parameters; "
                                        "re-run EP (engine.update) before evaluating the evidence")
-    c = solve_lower(Lp, A @ (g * n)[..., None])[..., 0]
+    c = solve_lower(Lp, matvec(A, g * n)[..., None])[..., 0]
     quad = (d * g * n * n).sum() + (c * c).sum()
     return (-0.5 * torch.log(one_td).sum() - torch.log(Lp.diagonal(dim1=-2, dim2=-1)).sum()
             + 0.5 * quad + log_Z_site.sum())

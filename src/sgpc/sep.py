@@ -49,7 +49,7 @@ from .ep import detached_geometry, fresh_geometry, shared_geometry
 from .sites import (FACTOR_KINDS, Factors, TiedSites, annealed_damping, cavity_projection, directions, g_whitened,
                     gather, is_pd, log_Zq, make_factors, pd_damping, per_latent, q_from_precision, q_state,
                     site_update, whitened_precision)
-from .gaussian import cholesky, solve_lower, sum_sq
+from .gaussian import cholesky, matvec, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP
 
 __all__ = ["SEP", "LOG_Z_KINDS", "SEPState", "SEPIncrement", "slot_counts", "APEP", "APEPState", "TiedFactor", "apep_energy"]
@@ -222,7 +222,7 @@ class SEP(Engine):
         slot = fac.mask[..., None].expand(fac.latent.shape).to(V.dtype)
         slots = per_latent(slot, fac.latent, L, w).sum()
         counts = torch.stack([(fac.mask & ~ok).sum().to(V.dtype), fac.mask.sum().to(V.dtype), slots])
-        return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=(V.mT @ d2[..., None])[..., 0],
+        return SEPIncrement(Lam=V.mT @ (d1[..., None] * V), h=matvec(V.mT, d2),
                             n_b=per_latent(used, fac.latent, L, w).sum(1), counts=counts)
 
     @torch.no_grad()
@@ -397,7 +397,7 @@ def apep_energy(model: SparseGP, factor: TiedFactor, X, y, n_total: int, alpha: 
     Lk = model.chol_Kuu()
     A, kdiag = model.projection(X, Lk)
     S = solve_lower(L_cav, A)                                            # cavity cov = L_cav⁻ᵀL_cav⁻¹
-    mean = (A * mean_cav[..., None]).sum(-2)
+    mean = matvec(A.mT, mean_cav)
     var = kdiag - sum_sq(A, -2) + sum_sq(S, -2)
     local = model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha)
     local = local.sum() if weight is None else (weight * local).sum()

@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from .gaussian import cholesky, log_ndtr, moment_match, solve_lower, sum_sq, wide_dtype
+from .gaussian import cholesky, log_ndtr, matvec, moment_match, solve_lower, sum_sq, wide_dtype
 from .sparse import SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "FACTOR_KINDS", "make_factors", "per_latent",
@@ -286,7 +286,7 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
     R = V @ q.W if R is None else R                                      # Wᵀv      [L,B,M]  (S = WWᵀ)
     Ro = (R if V_old is V else V_old @ q.W) if Ro is None else Ro
     s_cc = sum_sq(R) if s_cc is None else s_cc                           # vᵀSv     [L,B]
-    m_c = (V @ q.mean[..., None])[..., 0]                                # vᵀm      [L,B]
+    m_c = matvec(V, q.mean)                                              # vᵀm      [L,B]
     if V_old is V:
         s_co = s_oo = s_cc
         m_o = m_c
@@ -297,7 +297,7 @@ def cavity_projection(q: QState, V: torch.Tensor, V_old: torch.Tensor, c1: torch
     else:
         s_co = (R * Ro).sum(-1)                                          # vᵀSv_o
         s_oo = sum_sq(Ro)
-        m_o = (V_old @ q.mean[..., None])[..., 0]
+        m_o = matvec(V_old, q.mean)
     s_cc, s_co, s_oo, m_c, m_o = (gather(t, latent) for t in (s_cc, s_co, s_oo, m_c, m_o))
     denom = 1.0 - c1 * s_oo
     gamma = c1 / denom

@@ -27,7 +27,7 @@ from torch import nn
 
 from . import natgrad
 from .engine import Capabilities, Engine, rows_of
-from .gaussian import cholesky, kl_standard_normal, solve_lower, sum_sq
+from .gaussian import cholesky, kl_standard_normal, matvec, solve_lower, sum_sq
 from .sparse import InducingPosterior, SparseGP, whitened_marginals
 
 __all__ = ["WhitenedGaussian", "elbo", "alpha_objective", "rpapep_objective", "VI", "VIState"]
@@ -107,7 +107,7 @@ def rpapep_objective(model: SparseGP, q: WhitenedGaussian, X: torch.Tensor, y: t
     M = q.mean.shape[-1]
     Lk = model.chol_Kuu()
     A, kdiag = model.projection(X, Lk)
-    mean = (A * q.mean[..., None]).sum(-2)
+    mean = matvec(A.mT, q.mean)
     B = chol_w.mT @ A
     var = kdiag - sum_sq(A, -2) + sum_sq(B, -2) / c
     local = _weighted_sum(model.likelihood.log_tilted(y, mean.T, var.clamp_min(torch.finfo(var.dtype).tiny).T, alpha),
