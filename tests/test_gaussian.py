@@ -279,3 +279,14 @@ def test_matvec_is_the_batched_matrix_vector_product_with_its_gradients(layout):
 
     for got, want in zip(value_and_grads(G.matvec), value_and_grads(lambda A, x: (A @ x[..., None])[..., 0])):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("K", [5, 7 * G.WIDE_SOLVE])
+def test_solve_lower_pair_is_both_solves(K):
+    """(L⁻¹B, L⁻ᵀL⁻¹B) from one inverse (wide B) or two substitutions (narrow B) are the two solves."""
+    L = torch.linalg.cholesky(spd(7, seed=8, batch=(3,)))
+    B = torch.randn(3, 7, K, generator=torch.Generator().manual_seed(9))
+    A, V = G.solve_lower_pair(L, B)
+    want_A = torch.linalg.solve_triangular(L, B, upper=False)
+    torch.testing.assert_close(A, want_A, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(V, torch.cholesky_solve(B, L), rtol=1e-10, atol=1e-12)

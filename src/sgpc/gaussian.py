@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 __all__ = [
-    "JitterWarning", "NotPositiveDefiniteError", "base_jitter", "cholesky", "solve_lower",
+    "JitterWarning", "NotPositiveDefiniteError", "base_jitter", "cholesky", "solve_lower", "solve_lower_pair",
     "moments_to_natural", "natural_to_moments", "log_normalizer", "kl_standard_normal",
     "kl_gaussian", "moment_match", "tilted_moments", "match_moments", "wide_dtype", "log_ndtr", "sum_sq", "matvec",
 ]
@@ -104,14 +104,34 @@ def solve_lower(L: torch.Tensor, B: torch.Tensor, transpose: bool = False) -> to
     formed wide, a float32 product is as accurate as float32 substitution on kernel matrices up to the float32
     jitter's condition number (tested); formed in float32 it was up to 8× less accurate.
     """
-    if B.shape[-1] >= WIDE_SOLVE * L.shape[-1]:
-        wide = wide_dtype(L)
-        eye = torch.eye(L.shape[-1], dtype=wide, device=L.device)
-        inv = torch.linalg.solve_triangular(L.to(wide), eye.expand(L.shape), upper=False).to(L.dtype)
+    if _is_wide(L, B):
+        inv = _lower_inverse(L)
         return (inv.mT if transpose else inv) @ B
     if transpose:
         return torch.linalg.solve_triangular(L.mT, B, upper=True)
     return torch.linalg.solve_triangular(L, B, upper=False)
+
+
+def solve_lower_pair(L: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L⁻¹B, L⁻ᵀL⁻¹B): ``solve_lower`` then its transpose, from one L⁻¹ when B is wide (a minibatch's
+    L_K⁻¹K_uf and K_uu⁻¹K_uf, ``sites.directions``)."""
+    if _is_wide(L, B):
+        inv = _lower_inverse(L)
+        A = inv @ B
+        return A, inv.mT @ A
+    A = solve_lower(L, B)
+    return A, solve_lower(L, A, transpose=True)
+
+
+def _is_wide(L: torch.Tensor, B: torch.Tensor) -> bool:
+    return B.shape[-1] >= WIDE_SOLVE * L.shape[-1]
+
+
+def _lower_inverse(L: torch.Tensor) -> torch.Tensor:
+    """L⁻¹ by substitution against the identity, in float64 for a float32 L (``solve_lower``), in L's dtype."""
+    wide = wide_dtype(L)
+    eye = torch.eye(L.shape[-1], dtype=wide, device=L.device)
+    return torch.linalg.solve_triangular(L.to(wide), eye.expand(L.shape), upper=False).to(L.dtype)
 
 
 def matvec(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ from typing import Callable
 
 import torch
 
-from .gaussian import cholesky, log_ndtr, matvec, moment_match, solve_lower, sum_sq, wide_dtype
+from .gaussian import cholesky, log_ndtr, matvec, moment_match, solve_lower, solve_lower_pair, sum_sq, wide_dtype
 from .sparse import SparseGP
 
 __all__ = ["Factors", "pairwise_factors", "likelihood_factors", "FACTOR_KINDS", "make_factors", "per_latent",
@@ -246,15 +246,10 @@ def q_from_precision(Lk: torch.Tensor, P: torch.Tensor, b: torch.Tensor, LP: tor
 
 def directions(model: SparseGP, X: torch.Tensor, Lk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """v_il = K⁻¹k_l(x_i) as [L,N,M] and the conditional variances s_il = k_ii + σ_n² − kᵀK⁻¹k, [L,N] (eq. 5)."""
-    if model.one_prior:                  # one K_uu for every latent: solve once, broadcast the views
-        A, kdiag = model.projection(X, Lk, broadcast=False)              # [1,M,N]
-        V = solve_lower(Lk[:1], A, transpose=True)
-        s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)                      # [L,N]: kdiag is [L,N]
-        return V.mT.expand(Lk.shape[0], -1, -1), s
-    A, kdiag = model.projection(X, Lk)                                   # A = L_K⁻¹ K_uf  [L,M,N]
-    V = solve_lower(Lk, A, transpose=True)                               # K⁻¹ K_uf        [L,M,N]
-    s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)
-    return V.mT, s
+    Kuf, kdiag = model.cross_covariance(X)              # [L,M,N]; [1,M,N] with one K_uu for every latent
+    A, V = solve_lower_pair(Lk[:Kuf.shape[0]], Kuf)     # A = L_K⁻¹K_uf, V = K⁻¹K_uf (from one L_K⁻¹ when wide)
+    s = (kdiag - sum_sq(A, -2)).clamp_min(0.0)          # [L,N]: kdiag is [L,N]
+    return V.mT.expand(Lk.shape[0], -1, -1), s
 
 
 def gather(t: torch.Tensor, latent: torch.Tensor) -> torch.Tensor:

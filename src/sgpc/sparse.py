@@ -156,12 +156,16 @@ class SparseGP(nn.Module):
         With ``broadcast=False`` and ``one_prior``, A is returned as [1,M,N] (not broadcast to L), for
         callers that fold the L latent functions into one matrix product.
         """
+        Kuf, kdiag = self.cross_covariance(X)
+        A = solve_lower(chol_Kuu[:Kuf.shape[0]], Kuf)
+        return (A.expand(self.n_latent, -1, -1) if broadcast else A), kdiag
+
+    def cross_covariance(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K_uf [L,M,N] — [1,M,N] if ``one_prior`` — and the prior variances k_ii + σ_n² [L,N] (of h(X) for a
+        hybrid model): what ``projection`` solves against L_K."""
         H = X if self.feature_extractor is None else self.feature_extractor(X)
         Kuf = self.kernel(self.Z, H)
-        if self.one_prior:
-            A = solve_lower(chol_Kuu[:1], Kuf[:1])
-            return (A.expand(Kuf.shape) if broadcast else A), self.kernel.diag(H)
-        return solve_lower(chol_Kuu, Kuf), self.kernel.diag(H)
+        return (Kuf[:1] if self.one_prior else Kuf), self.kernel.diag(H)
 
 
 @contextmanager
