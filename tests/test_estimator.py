@@ -698,11 +698,22 @@ def test_dtype_auto_is_kept_by_save_load_and_warm_starts(tmp_path):
     _check_refused_without(tmp_path / "m.sgpc", "dtype", "does not say which precision")
 
 
+def _auto_minibatch_rates(method: str) -> dict:
+    """The learning rates that batch_size="auto" gives a minibatch fit of ``method``, spelled as arguments."""
+    from sgpc import fitting, registry
+    learns = registry.resolve(GPClassifier(method=method, batch_size=64).get_params())["inducing_params"]["learn"]
+    rates = {"learning_rate": fitting.AUTO_MINIBATCH_LEARNING_RATE}
+    if learns:
+        rates["inducing_params"] = {"learning_rate": fitting.AUTO_MINIBATCH_INDUCING_LEARNING_RATE}
+    return rates
+
+
 def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
     """batch_size="auto" resolves to the full batch below ``fitting.AUTO_MINIBATCH_WORK`` (N·C·M·(M + D)) and to
     minibatches of ``AUTO_BATCH_SIZE`` from there (the threshold lowered here so that a small problem crosses
-    it); each resolved fit is bit for bit the fit with that batch size and ``AUTO_MINIBATCH_LEARNING_RATE`` given,
-    optimizer and tol included; a learning rate given is kept."""
+    it); each resolved fit is bit for bit the fit with that batch size, ``AUTO_MINIBATCH_LEARNING_RATE`` and, for
+    inducing inputs that learn, ``AUTO_MINIBATCH_INDUCING_LEARNING_RATE`` given, optimizer and tol included; a
+    learning rate given is kept, and the inducing inputs then follow it."""
     from sgpc import fitting, registry
     rng = np.random.default_rng(4)
     X = rng.normal(size=(300, 3))
@@ -718,18 +729,26 @@ def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(mo
     for method in ("ep", "sep", "vi"):
         auto = GPClassifier(method=method, **kw).fit(X, y)
         assert auto.batch_size_ == 128
-        given = GPClassifier(method=method, batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
-                             **kw).fit(X, y)
+        given = GPClassifier(method=method, batch_size=128, **_auto_minibatch_rates(method), **kw).fit(X, y)
         np.testing.assert_array_equal(auto.predict_proba(X[:40]), given.predict_proba(X[:40]))
         assert auto.history_["objective"] == given.history_["objective"]
-        # an explicit batch size keeps the method's own rate: another fit wherever that rate is not the auto one
-        # (ep's 0.05 is)
+        # an explicit batch size keeps the method's own rate: another fit
         plain = GPClassifier(method=method, batch_size=128, **kw).fit(X, y).history_["objective"]
-        same_rate = registry.METHODS[method].learning_rate == fitting.AUTO_MINIBATCH_LEARNING_RATE
-        assert (auto.history_["objective"] == plain) == same_rate and same_rate == (method == "ep")
+        assert auto.history_["objective"] != plain
+        learns = registry.resolve(GPClassifier(method=method, batch_size=128).get_params())["inducing_params"]["learn"]
+        assert learns == (method != "ep")
+        if learns:    # the inducing inputs at their own rate: not the fit with one rate for every parameter
+            one = GPClassifier(method=method, batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
+                               **kw).fit(X, y)
+            assert one.history_["objective"] != auto.history_["objective"]
     rate = GPClassifier(method="sep", learning_rate=0.002, **kw).fit(X, y)
     np.testing.assert_array_equal(rate.predict_proba(X[:40]), GPClassifier(
         method="sep", batch_size=128, learning_rate=0.002, **kw).fit(X, y).predict_proba(X[:40]))
+    # a rate given for the inducing inputs alone is kept, with the auto rate for the rest
+    z_rate = GPClassifier(method="sep", inducing_params={"learning_rate": 0.2}, **kw).fit(X, y)
+    np.testing.assert_array_equal(z_rate.predict_proba(X[:40]), GPClassifier(
+        method="sep", batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
+        inducing_params={"learning_rate": 0.2}, **kw).fit(X, y).predict_proba(X[:40]))
     # a full-batch-only method, and a hybrid model, keep the full batch whatever the size
     assert GPClassifier(method="gfitc", n_inducing=10, max_iter=1, random_state=0).fit(X, y).batch_size_ is None
     assert GPClassifier(method="vi", feature_extractor=torch.nn.Linear(3, 2), **kw).fit(X, y).batch_size_ is None
@@ -767,7 +786,7 @@ def test_an_explicit_sep_fits_the_full_batch_as_ep_does_but_on_adam_and_its_mini
     monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", 1)
     monkeypatch.setattr(fitting, "AUTO_BATCH_SIZE", 64)
     auto = GPClassifier(**kw, warm_start=True).fit(X, y)
-    given = GPClassifier(**kw, batch_size=64, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE).fit(X, y)
+    given = GPClassifier(**kw, batch_size=64, **_auto_minibatch_rates("sep")).fit(X, y)
     assert auto.batch_size_ == 64 and auto.model_.Z.requires_grad
     assert auto.history_["objective"] == given.history_["objective"]
     auto.save(tmp_path / "m.sgpc")
@@ -850,7 +869,7 @@ def test_method_auto_is_ep_on_the_full_batch_and_sep_with_minibatches(monkeypatc
     monkeypatch.setattr(fitting, "AUTO_MINIBATCH_WORK", 300 * 3 * 10 * (10 + 3))    # reached: minibatches
     mini = GPClassifier(**kw).fit(X, y)
     assert mini.method_ == "sep" and mini.batch_size_ == 300
-    given = GPClassifier(method="sep", batch_size=300, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE, **kw).fit(X, y)
+    given = GPClassifier(method="sep", batch_size=300, **_auto_minibatch_rates("sep"), **kw).fit(X, y)
     np.testing.assert_array_equal(mini.predict_proba(X[:30]), given.predict_proba(X[:30]))
     # a batch size given decides too: minibatches are sep, the full batch is ep, whatever the size
     assert GPClassifier(batch_size=64, **kw).fit(X, y).method_ == "sep"
