@@ -702,18 +702,19 @@ def _auto_minibatch_rates(method: str) -> dict:
     """The learning rates that batch_size="auto" gives a minibatch fit of ``method``, spelled as arguments."""
     from sgpc import fitting, registry
     learns = registry.resolve(GPClassifier(method=method, batch_size=64).get_params())["inducing_params"]["learn"]
-    rates = {"learning_rate": fitting.AUTO_MINIBATCH_LEARNING_RATE}
-    if learns:
-        rates["inducing_params"] = {"learning_rate": fitting.AUTO_MINIBATCH_INDUCING_LEARNING_RATE}
+    rate, inducing_rate = fitting.auto_minibatch_rates(method)
+    rates = {"learning_rate": rate}
+    if learns and inducing_rate is not None:
+        rates["inducing_params"] = {"learning_rate": inducing_rate}
     return rates
 
 
 def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
     """batch_size="auto" resolves to the full batch below ``fitting.AUTO_MINIBATCH_WORK`` (N·C·M·(M + D)) and to
     minibatches of ``AUTO_BATCH_SIZE`` from there (the threshold lowered here so that a small problem crosses
-    it); each resolved fit is bit for bit the fit with that batch size, ``AUTO_MINIBATCH_LEARNING_RATE`` and, for
-    inducing inputs that learn, ``AUTO_MINIBATCH_INDUCING_LEARNING_RATE`` given, optimizer and tol included; a
-    learning rate given is kept, and the inducing inputs then follow it."""
+    it); each resolved fit is bit for bit the fit with that batch size and the rates of
+    ``fitting.auto_minibatch_rates`` given (sep's inducing inputs at a rate of their own), optimizer and tol
+    included; a learning rate given is kept, and the inducing inputs then follow it."""
     from sgpc import fitting, registry
     rng = np.random.default_rng(4)
     X = rng.normal(size=(300, 3))
@@ -732,23 +733,23 @@ def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(mo
         given = GPClassifier(method=method, batch_size=128, **_auto_minibatch_rates(method), **kw).fit(X, y)
         np.testing.assert_array_equal(auto.predict_proba(X[:40]), given.predict_proba(X[:40]))
         assert auto.history_["objective"] == given.history_["objective"]
-        # an explicit batch size keeps the method's own rate: another fit
+        # an explicit batch size keeps the method's own rate: another fit wherever that rate is not the auto one
+        # (ep's 0.05 is)
         plain = GPClassifier(method=method, batch_size=128, **kw).fit(X, y).history_["objective"]
-        assert auto.history_["objective"] != plain
-        learns = registry.resolve(GPClassifier(method=method, batch_size=128).get_params())["inducing_params"]["learn"]
-        assert learns == (method != "ep")
-        if learns:    # the inducing inputs at their own rate: not the fit with one rate for every parameter
-            one = GPClassifier(method=method, batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
-                               **kw).fit(X, y)
-            assert one.history_["objective"] != auto.history_["objective"]
+        same_rate = registry.METHODS[method].learning_rate == fitting.auto_minibatch_rates(method)[0]
+        assert (auto.history_["objective"] == plain) == same_rate and same_rate == (method == "ep")
+    # sep's inducing inputs at a rate of their own: not the fit with one rate for every parameter
+    assert fitting.auto_minibatch_rates("sep") == (0.1, 0.05) and fitting.auto_minibatch_rates("vi")[1] is None
+    one = GPClassifier(method="sep", batch_size=128, learning_rate=0.1, **kw).fit(X, y)
+    assert one.history_["objective"] != GPClassifier(method="sep", **kw).fit(X, y).history_["objective"]
     rate = GPClassifier(method="sep", learning_rate=0.002, **kw).fit(X, y)
     np.testing.assert_array_equal(rate.predict_proba(X[:40]), GPClassifier(
         method="sep", batch_size=128, learning_rate=0.002, **kw).fit(X, y).predict_proba(X[:40]))
     # a rate given for the inducing inputs alone is kept, with the auto rate for the rest
     z_rate = GPClassifier(method="sep", inducing_params={"learning_rate": 0.2}, **kw).fit(X, y)
     np.testing.assert_array_equal(z_rate.predict_proba(X[:40]), GPClassifier(
-        method="sep", batch_size=128, learning_rate=fitting.AUTO_MINIBATCH_LEARNING_RATE,
-        inducing_params={"learning_rate": 0.2}, **kw).fit(X, y).predict_proba(X[:40]))
+        method="sep", batch_size=128, learning_rate=0.1, inducing_params={"learning_rate": 0.2},
+        **kw).fit(X, y).predict_proba(X[:40]))
     # a full-batch-only method, and a hybrid model, keep the full batch whatever the size
     assert GPClassifier(method="gfitc", n_inducing=10, max_iter=1, random_state=0).fit(X, y).batch_size_ is None
     assert GPClassifier(method="vi", feature_extractor=torch.nn.Linear(3, 2), **kw).fit(X, y).batch_size_ is None

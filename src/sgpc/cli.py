@@ -162,7 +162,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
     Option("--epochs", "n_epochs", "passes over the data, with --batch-size (replaces --max-iter)",
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 1024 rows "
-           "(Adam at 0.1, the inducing inputs at 0.05, unless --learning-rate is given) once rows × classes × inducing points × (inducing "
+           "(Adam at 0.1 with the inducing inputs at 0.05 for sep, 0.05 for the other methods, unless --learning-rate is "
+           "given) once rows × classes × inducing points × (inducing "
            "points + features) reach 1e9 (default: %(default)s)", dict(type=_batch, metavar="B")),
     Option("--optimizer", "optimizer", "(default: the method's: rprop for gfitc, rmgpc, smgpc and a full-batch ep "
            "fit, adam otherwise)",

@@ -107,8 +107,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             default, ``registry.Method.learn_inducing``: False for "ep", "gfitc", "rmgpc", "smgpc" and a full-batch
             "sep" fit, or "vi" fit with robust-max or step, True for the others): optimise them; shared (False): one set
             for all latent functions (else one per latent, as in the papers); learning_rate (None: the fit's
-            ``learning_rate``; 0.05 in the minibatches of batch_size="auto" unless learning_rate is given): their own
-            step size when they learn (not with L-BFGS), decayed as the others'.
+            ``learning_rate``; 0.05 in the "sep" minibatches of batch_size="auto" unless learning_rate is given): their
+            own step size when they learn (not with L-BFGS), decayed as the others'.
         optimizer: "adam", "lbfgs" (full batch), "rprop" (full batch: torch's Rprop, a step of its own size per
             parameter along the gradient's sign, ×1.2 while the sign holds, ×0.5 when it flips, at most 1) or
             "adaptive" (the papers' batch rule: per-parameter rates ×1.02 while a gradient keeps its sign, ×0.5
@@ -116,16 +116,16 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.Method.optimizer``: "rprop" for "gfitc", "rmgpc", "smgpc" and a full-batch "ep" fit;
             "adam" for the others and for minibatches). learning_rate: step size (Rprop: the initial one); None:
             the method's default (``registry.Method.learning_rate``: 0.05 for "ep", "gfitc", "rmgpc", "smgpc" and a
-            full-batch "vi" fit with robust-max or step, 0.1 for a full-batch "sep" fit, 0.01 for the others), and 0.1
-            in the minibatches that batch_size="auto" chooses (``fitting.AUTO_MINIBATCH_LEARNING_RATE``; inducing
-            inputs that learn take 0.05 there, ``fitting.AUTO_MINIBATCH_INDUCING_LEARNING_RATE``).
+            full-batch "vi" fit with robust-max or step, 0.1 for a full-batch "sep" fit, 0.01 for the others), and in
+            the minibatches that batch_size="auto" chooses 0.1 for "sep", its inducing inputs at 0.05, and 0.05 for
+            the other methods (``fitting.auto_minibatch_rates``).
         optimizer_params: the optimizer's options (None: all defaults; ``registry.OPTIMIZER_OPTIONS``):
             lr_decay (1.0): Adam's learning rate is multiplied by this factor per pass over the data (1 = constant).
         max_iter: the ceiling on optimiser steps; "auto" (default): 500 on the full batch, 2000 with minibatches
             (``registry.max_iter_of``). n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch; "auto" (default): minibatches of 1 024 rows, with Adam at
-            0.1 and the inducing inputs at 0.05 unless learning_rate is given (``fitting.AUTO_MINIBATCH_LEARNING_RATE``,
-            ``fitting.AUTO_MINIBATCH_INDUCING_LEARNING_RATE``), when a
+            0.1 and the inducing inputs at 0.05 for "sep" (the default's method there) and 0.05 for the others unless
+            learning_rate is given (``fitting.auto_minibatch_rates``), when a
             full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
             the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
             fit there took about a minute to converge; docs/design-notes.md); a streamed fit always uses

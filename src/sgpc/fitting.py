@@ -189,14 +189,21 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # AUTO_MINIBATCH_LEARNING_RATE unless learning_rate is given: 1 024 rows at 0.03 reached a lower test NLL sooner than
 # 256 rows at 0.01 on connect-4 and chess-krvk, and stopped on their own (docs/design-notes.md, 'Larger minibatches');
 # 0.05 then gave a lower test NLL than 0.03 on each of the suite's five minibatch sets, in about the same time
-# (MNIST 16% longer), over 5 splits ('Adam at 0.05 in the minibatches'). Since then the kernel's hyper-parameters take
-# 0.1 and the inducing inputs, when they learn, keep 0.05 (AUTO_MINIBATCH_INDUCING_LEARNING_RATE) unless either rate
-# is given: over 5 splits of the five minibatch sets the fits took 0.83× the time at a lower test NLL on 19 of 25 fits,
-# chess-krvk's 1.5% higher (docs/design-notes.md, 'Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
+# (MNIST 16% longer), over 5 splits ('Adam at 0.05 in the minibatches'). Since then a `sep` fit there (the default's
+# method with minibatches) gives the kernel's hyper-parameters 0.1 and its inducing inputs 0.05 (AUTO_MINIBATCH_RATES)
+# unless a rate is given: over 5 splits of the five minibatch sets the fits took 0.83× the time at a lower test NLL on
+# 19 of 25 fits, chess-krvk's 1.5% higher; `vi` at those rates fitted pendigits 32% worse, so the other methods keep
+# 0.05 (docs/design-notes.md, 'Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
 AUTO_MINIBATCH_WORK = 1e9
 AUTO_BATCH_SIZE = 1024
-AUTO_MINIBATCH_LEARNING_RATE = 0.1
-AUTO_MINIBATCH_INDUCING_LEARNING_RATE = 0.05
+AUTO_MINIBATCH_LEARNING_RATE = 0.05
+AUTO_MINIBATCH_RATES = {"sep": (0.1, 0.05)}     # method -> (learning rate, learned inducing inputs' rate)
+
+
+def auto_minibatch_rates(method: str) -> tuple[float, float | None]:
+    """The learning rate of ``method``'s minibatches under batch_size="auto", and its inducing inputs' own rate when
+    they learn (None: they follow the first): ``AUTO_MINIBATCH_RATES``, else ``AUTO_MINIBATCH_LEARNING_RATE``."""
+    return AUTO_MINIBATCH_RATES.get(method, (AUTO_MINIBATCH_LEARNING_RATE, None))
 
 
 def auto_inducing(N: int) -> int:
@@ -258,20 +265,20 @@ def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = Fa
 def with_batch_size(est, p: dict, batch_size: int | None) -> dict:
     """``p`` (of batch_size "auto") with the batch size "auto" chose, ``batch_size`` (None: the full batch), and with
     the settings that depend on it derived again by ``registry.resolve``, unless given: the learning rate
-    (``AUTO_MINIBATCH_LEARNING_RATE`` in minibatches, and ``AUTO_MINIBATCH_INDUCING_LEARNING_RATE`` for inducing
-    inputs that learn, unless a learning rate or theirs is given), optimizer, tol, max_iter, and the method's hyper-parameter
+    and the inducing inputs' own rate (``auto_minibatch_rates`` in minibatches, unless a learning rate is given),
+    optimizer, tol, max_iter, and the method's hyper-parameter
     prior, whether it learns the inducing inputs and ε (``registry.fit_default``).
     ``est``: the estimator, seen as its chosen method (``resolve_method``)."""
     given = {**est.get_params(deep=False), "batch_size": batch_size}
     fresh = resolve(given)    # the defaults for this batch size, what was given on top
-    rate = AUTO_MINIBATCH_LEARNING_RATE if batch_size is not None and given["learning_rate"] is None \
-        else fresh["learning_rate"]
+    auto_rate, auto_inducing_rate = auto_minibatch_rates(p["method"])
+    rate = auto_rate if batch_size is not None and given["learning_rate"] is None else fresh["learning_rate"]
     likelihood = {**p["likelihood_params"],
                   **{k: v for k, v in fresh["likelihood_params"].items() if k == "learn_epsilon"}}
     inducing = {**p["inducing_params"], "learn": fresh["inducing_params"]["learn"]}
     if batch_size is not None and given["learning_rate"] is None and inducing["learning_rate"] is None \
             and inducing["learn"]:
-        inducing["learning_rate"] = AUTO_MINIBATCH_INDUCING_LEARNING_RATE
+        inducing["learning_rate"] = auto_inducing_rate
     if inducing["learning_rate"] is not None and not inducing["learn"]:
         # a rate given for the minibatch fits "auto" makes on large data; this one keeps Z where k-means put it
         warnings.warn(f"inducing_params['learning_rate'] does nothing in this fit: batch_size='auto' chose the full "
