@@ -190,20 +190,21 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # 256 rows at 0.01 on connect-4 and chess-krvk, and stopped on their own (docs/design-notes.md, 'Larger minibatches');
 # 0.05 then gave a lower test NLL than 0.03 on each of the suite's five minibatch sets, in about the same time
 # (MNIST 16% longer), over 5 splits ('Adam at 0.05 in the minibatches'). Since then a `sep` fit there (the default's
-# method with minibatches) gives the kernel's hyper-parameters 0.1 and its inducing inputs 0.05 (AUTO_MINIBATCH_RATES)
-# unless a rate is given: over 5 splits of the five minibatch sets the fits took 0.83× the time at a lower test NLL on
+# method with minibatches) gives the kernel's hyper-parameters 0.1 and its inducing inputs 0.05
+# (``registry.Method.minibatch_rates``) unless a rate is given: over 5 splits of the five minibatch sets the fits took 0.83× the time at a lower test NLL on
 # 19 of 25 fits, chess-krvk's 1.5% higher; `vi` at those rates fitted pendigits 32% worse, so the other methods keep
 # 0.05 (docs/design-notes.md, 'Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
 AUTO_MINIBATCH_WORK = 1e9
 AUTO_BATCH_SIZE = 1024
 AUTO_MINIBATCH_LEARNING_RATE = 0.05
-AUTO_MINIBATCH_RATES = {"sep": (0.1, 0.05)}     # method -> (learning rate, learned inducing inputs' rate)
 
 
 def auto_minibatch_rates(method: str) -> tuple[float, float | None]:
     """The learning rate of ``method``'s minibatches under batch_size="auto", and its inducing inputs' own rate when
-    they learn (None: they follow the first): ``AUTO_MINIBATCH_RATES``, else ``AUTO_MINIBATCH_LEARNING_RATE``."""
-    return AUTO_MINIBATCH_RATES.get(method, (AUTO_MINIBATCH_LEARNING_RATE, None))
+    they learn (None: they follow the first): ``registry.Method.minibatch_rates``, else
+    ``AUTO_MINIBATCH_LEARNING_RATE``."""
+    rates = METHODS[method].minibatch_rates
+    return (AUTO_MINIBATCH_LEARNING_RATE, None) if rates is None else rates
 
 
 def auto_inducing(N: int) -> int:

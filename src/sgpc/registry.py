@@ -101,6 +101,10 @@ class Method:
         epsilon_in_objective: whether the robust-max ε enters what the fit optimises. Not for "ep", "sep" and "gfitc":
             their factors are the pairwise step functions of scalable-ep eq. 6 (ε enters the predictions only), so
             ``learn_epsilon`` would leave ε where it started (``validation`` refuses it).
+        minibatch_rates: (learning rate, learned inducing inputs' rate) in the minibatches that
+            ``batch_size="auto"`` chooses, unless a rate is given (``fitting.auto_minibatch_rates``); None:
+            ``fitting.AUTO_MINIBATCH_LEARNING_RATE`` for every parameter. Set where the suite measured it: "sep", the
+            default's method there ('Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
     """
 
     engine: type[Engine]
@@ -125,6 +129,7 @@ class Method:
     full_batch_likelihoods: tuple[str, ...] | None = None
     auto_float32: bool = False
     epsilon_in_objective: bool = True
+    minibatch_rates: tuple[float, float] | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -155,7 +160,7 @@ METHODS: dict[str, Method] = {
                   _takes(METHOD_OPTIONS, "damping", "sep_log_z"),
                   ("robustmax",), "scalable-ep §2.3.1", "stochastic EP: sites tied per latent, memory independent of N",
                   binary_likelihoods=_EP_BINARY, auto_float32=True, epsilon_in_objective=False,
-                  full_batch_fit={**_EP_FIT_ADAM, "learning_rate": 0.1}),
+                  full_batch_fit={**_EP_FIT_ADAM, "learning_rate": 0.1}, minibatch_rates=(0.1, 0.05)),
     "gfitc": Method(GFITC, lambda o, p: {"damping": o["damping"], "tol": float(o["ep_tol"])},
                     _takes(METHOD_OPTIONS, "damping", "ep_tol"), ("robustmax",),
                     "scalable-ep §3 (baseline)",
