@@ -335,11 +335,14 @@ def test_robust_max_tilted_normaliser_from_linear_p_equals_the_log_space_form():
 
 
 @pytest.mark.parametrize("epsilon", [1e-3, 0.3, 1e-290])
-def test_robust_max_prediction_in_linear_space_equals_the_log_space_formula(epsilon):
+def test_robust_max_prediction_in_linear_space_equals_the_log_space_formula(epsilon, monkeypatch):
     # predict_log_proba takes P in linear space (and skips the panels of pairs provably below ε/C · 1e-16)
     # while ε/C > e^-600; below that (ε = 1e-290) the log-space route. Both must be log((1 − ε) P + ε/C),
-    # renormalised, with P from the log-space rule.
+    # renormalised, with P from the log-space rule. Pair by pair, as the log-space rule integrates: rows with
+    # several panel pairs take one grid per row in linear space, equal to these panels to their quadrature
+    # error (tests/test_quadrature.py, test_one_grid_per_row_equals_each_pairs_own_panels).
     from sgpc import quadrature
+    monkeypatch.setattr(quadrature, "_ROW_GRID_MIN_PAIRS", 10**9)
     g = torch.Generator().manual_seed(3)
     C = 6
     mean = 3.0 * torch.randn(50, C, generator=g, dtype=torch.float64)

@@ -130,13 +130,43 @@ def _hard_marginals(seed, N=40, C=6):
     return mean, var
 
 
-def test_linear_space_prediction_table_equals_the_log_space_one():
+def test_linear_space_prediction_table_equals_the_log_space_one(monkeypatch):
+    # pair by pair, as the log-space table integrates (rows with several panel pairs: the next test)
+    monkeypatch.setattr(Q, "_ROW_GRID_MIN_PAIRS", 10**9)
     mean, var = _hard_marginals(11)
     ref = Q.log_prob_largest(mean, var, 64).exp()
     got = Q.prob_largest(mean, var, 64)
     hard = Q._hard(var, torch.arange(6).expand(40, 6), Q.PANEL_RATIO_PREDICT) | (ref < math.exp(Q._TAIL_LOG_P))
     assert 0 < int(hard.sum()) < hard.numel() and float(ref.min()) < 1e-80     # every rule is exercised
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("C", [6, 20])
+def test_one_grid_per_row_equals_each_pairs_own_panels(C, monkeypatch):
+    # a row with several panel pairs integrates them on one grid, a refinement of each pair's own panels:
+    # the same P to the panels' quadrature error, for P near 1 and P ~ 1e-100 alike, in float64 or float32
+    mean, var = _hard_marginals(16, C=C)
+    hard = Q._hard(var, torch.arange(C).expand(40, C), Q.PANEL_RATIO_PREDICT)
+    on_grid = Q._row_grid_pays(hard)
+    assert 0 < int(on_grid.sum()) < 40 or C == 20
+    grid = Q.prob_largest(mean, var, 64)
+    grid32 = Q.prob_largest(mean.float(), var.float(), 64)
+    monkeypatch.setattr(Q, "_ROW_GRID_MIN_PAIRS", 10**9)
+    pairs = Q.prob_largest(mean, var, 64)
+    assert not torch.equal(grid, pairs) and float(pairs[on_grid].min()) < 1e-80
+    torch.testing.assert_close(grid, pairs, rtol=1e-8, atol=1e-300)        # below 1e-300: underflow either way
+    torch.testing.assert_close(grid32, pairs.float(), rtol=1e-4, atol=1e-7)
+    assert abs(float(grid.sum(1).sub(1).abs().max())) < 1e-8
+
+
+def test_a_differentiable_prediction_table_takes_each_pairs_panels_with_its_gradients():
+    # the row grid is computed in place without a graph, so inputs that need gradients take the pairs' panels
+    m = torch.tensor([[0.3, -0.4, 1.0, 0.1]], dtype=torch.float64, requires_grad=True)
+    v = torch.tensor([[50.0, 0.2, 0.5, 40.0]], dtype=torch.float64, requires_grad=True)
+    assert bool(Q._row_grid_pays(Q._hard(v.detach(), torch.arange(4)[None], Q.PANEL_RATIO_PREDICT)).all())
+    assert torch.autograd.gradcheck(lambda a, b: Q.prob_largest(a, b), (m, v), eps=1e-6, atol=1e-7)
+    torch.testing.assert_close(Q.prob_largest(m, v).detach(), Q.prob_largest(m.detach(), v.detach()),
+                               rtol=1e-8, atol=0)
 
 
 def test_pairwise_bound_is_exact_for_two_classes_and_an_upper_bound_otherwise():
@@ -226,6 +256,8 @@ def test_largest_is_accurate_when_the_class_variances_differ_by_orders_of_magnit
         ref = np.array([_largest_by_adaptive_quadrature(m, v, c) for c in range(C)])
         got = Q.log_prob_largest(torch.tensor(m)[None], torch.tensor(v)[None], 64).exp()[0].numpy()
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-8)
+        lin = Q.prob_largest(torch.tensor(m)[None], torch.tensor(v)[None], 64)[0].numpy()   # the row's grid
+        np.testing.assert_allclose(lin, ref, rtol=0, atol=1e-8)
         assert abs(got.sum() - 1.0) < 1e-8
         y = torch.tensor([C - 1])                                         # the widest class: a panel pair
         got_label = Q.log_prob_label_largest(y, torch.tensor(m)[None], torch.tensor(v)[None]).exp().item()
