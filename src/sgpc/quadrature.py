@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch.special import log_ndtr
 
+from .gaussian import wide_dtype
+
 __all__ = ["gauss_hermite", "expect", "log_expect_exp", "log_expect_exp_step", "log_prob_largest", "prob_largest", "ndtr",
            "log_prob_label_largest", "prob_label_largest"]
 
@@ -495,11 +497,11 @@ def _prob_largest_row_grid(mean: torch.Tensor, var: torch.Tensor, hard: torch.Te
     pairs' own panels take C per node per pair. Where class c's own Φ is below ``_OWN_CDF_FLOOR`` (t more than
     9 sd below m_c) the integrand is set to 0: the integrand's mode lies above m_c and the product only
     rises with t, so that part of the line holds at most 2Φ(−9) ≈ 2·10⁻¹⁹ of P, and the division is never
-    0/0. In linear space, as ``prob_largest``, and in float64 whatever the inputs' dtype (the division would
-    otherwise meet float32's underflow at 1e-38): a P below ~1e-290 underflows towards 0.
+    0/0. In linear space, as ``prob_largest``, and in float64 whatever the inputs' dtype (``gaussian.wide_dtype``:
+    the division would otherwise meet float32's underflow at 1e-38): a P below ~1e-290 underflows towards 0.
     """
     dtype = mean.dtype
-    mean, var = mean.double(), var.double()
+    mean, var = mean.to(wide_dtype(mean)), var.to(wide_dtype(mean))
     H, C = mean.shape
     s = var.clamp_min(torch.finfo(mean.dtype).tiny).sqrt()
     rows, ks = hard.nonzero(as_tuple=True)
