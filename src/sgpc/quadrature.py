@@ -457,11 +457,11 @@ def prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 64, floo
         negligible = bound < floor
         out = torch.where(negligible, torch.minimum(out, bound), out)
         hard = hard & ~negligible
-    alone = hard & ~grid[:, None]
+    alone, on_grid = hard & ~grid[:, None], hard & grid[:, None]
     if bool(alone.any()):
         rows, ks = alone.nonzero(as_tuple=True)
         out = out.index_put((rows, ks), _log_largest_panels(mean[rows], var[rows], cls[rows, ks], linear=True))
-    if bool((hard & grid[:, None]).any()):
+    if bool(on_grid.any()):
         at = grid.nonzero(as_tuple=True)[0]
         rows, ks = hard[at].nonzero(as_tuple=True)
         out = out.index_put((at[rows], ks), _prob_largest_row_grid(mean[at], var[at], grid_pairs[at])[rows, ks])
@@ -474,6 +474,8 @@ def prob_largest(mean: torch.Tensor, var: torch.Tensor, n_points: int = 64, floo
 # h = 2 at every C from 4 to 26 (1.02–1.6× at h = 2, up to 5.2× at C = 18, h = 17); docs/design-notes.md,
 # "Predictions with many classes".
 _ROW_GRID_MIN_PAIRS = 2
+# on a row's grid, class c's integrand is 0 where its own Φ is at most this (t more than 9 sd below m_c)
+_OWN_CDF_FLOOR = 1e-19
 
 
 def _row_grid_pays(hard: torch.Tensor, differentiable: bool = False) -> torch.Tensor:
@@ -524,13 +526,11 @@ def _prob_largest_row_grid(mean: torch.Tensor, var: torch.Tensor, hard: torch.Te
         x = (mean[r:r + step, None, :] - t[..., None]).mul_(scale[r:r + step, None, :])     # [h,T,C]: −u/√2
         cdf = torch.special.erfc(x).mul_(0.5)                                                # Φ(u)
         dropped = cdf <= _OWN_CDF_FLOOR
-        others = cdf.prod(-1, keepdim=True) / cdf.clamp_min_(_OWN_CDF_FLOOR)
+        product = cdf.prod(-1, keepdim=True)
+        others = product / cdf.clamp_min_(_OWN_CDF_FLOOR)                                   # Π_k≠c Φ where kept
         g = x.square_().neg_().exp_().mul_(others).masked_fill_(dropped, 0.0)               # √(2π) s_c N(t|m_c,v_c) Π_k≠c Φ
         out.append((weight @ g)[:, 0] * (scale[r:r + step] / math.sqrt(math.pi)))
     return torch.cat(out).to(dtype)
-
-
-_OWN_CDF_FLOOR = 1e-19
 
 
 def log_prob_label_largest(y: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
