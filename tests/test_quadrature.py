@@ -148,7 +148,7 @@ def test_one_grid_per_row_equals_each_pairs_own_panels(C, monkeypatch):
     mean, var = _hard_marginals(16, C=C)
     hard = Q._hard(var, torch.arange(C).expand(40, C), Q.PANEL_RATIO_PREDICT)
     on_grid = Q._row_grid_pays(hard)
-    assert 0 < int(on_grid.sum()) < 40 or C == 20
+    assert int(on_grid.sum()) > 0 and (C == 20 or int(on_grid.sum()) < 40)     # at C = 6 both routes run
     grid = Q.prob_largest(mean, var, 64)
     grid32 = Q.prob_largest(mean.float(), var.float(), 64)
     monkeypatch.setattr(Q, "_ROW_GRID_MIN_PAIRS", 10**9)
