@@ -124,8 +124,8 @@ def test_the_minibatch_rule_is_the_t_test_of_a_least_squares_slope():
     assert outcomes == {True, False}
 
 
-def test_the_rule_checks_windows_of_a_pass_or_at_most_50_steps():
-    for N, batch, per_check in ((2560, 256, 10), (100_000, 256, 50), (150, 32, 4)):
+def test_the_rule_checks_windows_of_a_pass_within_8_and_50_steps():
+    for N, batch, per_check in ((2560, 256, 10), (100_000, 256, 50), (150, 32, 8), (2000, 1024, 8), (8793, 1024, 8)):
         rule = Convergence.of_fit(TrainSettings(batch_size=batch, tol=1e-4), N, monitored=False)
         assert (rule.steps_per_check, rule.steps_per_pass) == (per_check, N // batch)
     held_out = Convergence.of_fit(TrainSettings(batch_size=256, tol=1e-4), 100_000, monitored=True)

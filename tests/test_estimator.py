@@ -709,6 +709,22 @@ def _auto_minibatch_rates(method: str) -> dict:
     return rates
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_batch_size_auto_takes_minibatches_from_17_classes_whatever_the_work():
+    """``fitting.AUTO_MINIBATCH_CLASSES``: 17 classes on 170 rows (far below ``AUTO_MINIBATCH_WORK``) take
+    method "auto"'s minibatch method, `sep`, on one minibatch of all rows, as `sep` given does; 16 classes keep the
+    full batch and `ep`, and so does `ep` given at 17 (the rule was measured for `sep` only)."""
+    from sgpc import fitting
+    assert fitting.AUTO_MINIBATCH_CLASSES == 17
+    rng = np.random.default_rng(5)
+    for C, given, method, batch in ((17, "auto", "sep", 170), (17, "sep", "sep", 170), (16, "auto", "ep", None),
+                                    (17, "ep", "ep", None)):
+        X = rng.normal(size=(10 * C, 2))
+        y = np.arange(10 * C) % C
+        est = GPClassifier(method=given, n_inducing=8, max_iter=2, random_state=0).fit(X, y)
+        assert (est.method_, est.batch_size_) == (method, batch), (C, given)
+
+
 def test_batch_size_auto_is_the_full_batch_or_the_minibatch_fit_it_stands_for(monkeypatch):
     """batch_size="auto" resolves to the full batch below ``fitting.AUTO_MINIBATCH_WORK`` (N·C·M·(M + D)) and to
     minibatches of ``AUTO_BATCH_SIZE`` from there (the threshold lowered here so that a small problem crosses

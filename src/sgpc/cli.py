@@ -163,8 +163,8 @@ FIT_OPTIONS: tuple[Option, ...] = (
            dict(type=int, metavar="E")),
     Option("--batch-size", "batch_size", "minibatch size; 'none' the full batch; 'auto' minibatches of 1024 rows "
            "(Adam at 0.1 with the inducing inputs at 0.05 for sep, 0.05 for the other methods, unless --learning-rate is "
-           "given) once rows × classes × inducing points × (inducing "
-           "points + features) reach 1e9 (default: %(default)s)", dict(type=_batch, metavar="B")),
+           "given) once rows × classes × inducing points × (inducing points + features) reach 1e9, or the "
+           "classes 17 for auto and sep (default: %(default)s)", dict(type=_batch, metavar="B")),
     Option("--optimizer", "optimizer", "(default: the method's: rprop for gfitc, rmgpc, smgpc and a full-batch ep "
            "fit, adam otherwise)",
            dict(choices=OPTIMIZERS)),

@@ -125,10 +125,11 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             (``registry.max_iter_of``). n_epochs: passes over the data (overrides max_iter when set).
         batch_size: minibatch size; None = full batch; "auto" (default): minibatches of 1 024 rows, with Adam at
             0.1 and the inducing inputs at 0.05 for "sep" (the default's method there) and 0.05 for the others unless
-            learning_rate is given (``fitting.auto_minibatch_rates``), when a
-            full-batch iteration's work N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ and
-            the method takes minibatches, else the full batch (``fitting.AUTO_MINIBATCH_WORK``: a full-batch
-            fit there took about a minute to converge; docs/design-notes.md); a streamed fit always uses
+            learning_rate is given (``fitting.auto_minibatch_rates``), when a full-batch iteration's work
+            N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ (``fitting.AUTO_MINIBATCH_WORK``: a
+            full-batch fit there took about a minute to converge) or, for "auto" and "sep", the classes 17
+            (``fitting.AUTO_MINIBATCH_CLASSES``), and the method takes minibatches, else the full batch
+            (docs/design-notes.md); a streamed fit always uses
             minibatches. The fitted ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the
             full batch unless given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
@@ -156,7 +157,7 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
         tol, n_iter_no_change: the fit stops once it has converged, and an inner EP run (gfitc, rmgpc) converged:
             on the full batch, after n_iter_no_change consecutive steps whose objective per datum moved by at most
             tol; with minibatches, once the least-squares line through the mean objective of the last
-            n_iter_no_change windows (a pass over the data, or 50 steps if a pass is longer) has a slope within tol
+            n_iter_no_change windows (a pass over the data, within 8 and 50 steps) has a slope within tol
             per pass plus two of its standard errors — no trend the minibatches' noise cannot explain
             (``train.Convergence``); with early_stopping, after n_iter_no_change checks without an improvement on
             the best held-out log-likelihood per row by more than tol. max_iter / n_epochs are then a ceiling, and

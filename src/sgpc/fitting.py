@@ -195,6 +195,12 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # 19 of 25 fits, chess-krvk's 1.5% higher; `vi` at those rates fitted pendigits 32% worse, so the other methods keep
 # 0.05 (docs/design-notes.md, 'Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
 AUTO_MINIBATCH_WORK = 1e9
+# ... and, for method "auto" or `sep`, at any work from AUTO_MINIBATCH_CLASSES classes: on chess-krvk (17-18 classes) and letter (26) at 1 000-2 000
+# rows the full batch took 9.7-29.5 s (57-150 iterations), minibatches (one of all rows up to 1 024 rows) 10.8-21.5 s
+# at a test NLL 6-17% lower (chess-krvk at 4 000 rows: 67.3 s against 16.9 s, 6% lower); at 10-11 classes (vowel,
+# digits, optdigits) the full batch had the lower NLL. 12-16 classes: no set measured (docs/design-notes.md, 'Many
+# classes at 1 000-4 000 rows').
+AUTO_MINIBATCH_CLASSES = 17
 AUTO_BATCH_SIZE = 1024
 AUTO_MINIBATCH_LEARNING_RATE = 0.05
 
@@ -229,10 +235,13 @@ def resolve_dtype(est, p: dict, N: int, C: int, max_abs: float | None) -> dict:
     return {**p, "dtype": "float32" if N * C * M >= AUTO_FLOAT32_WORK else "float64"}
 
 
-def _large(p: dict, N: int, D: int, C: int) -> bool:
-    """Whether a full-batch iteration's work N·C·M·(M + D) reaches ``AUTO_MINIBATCH_WORK``."""
+def _large(p: dict, N: int, D: int, C: int, method: str) -> bool:
+    """Whether a full-batch iteration's work N·C·M·(M + D) reaches ``AUTO_MINIBATCH_WORK``, or the classes
+    ``AUTO_MINIBATCH_CLASSES`` when ``method`` (the estimator's) is "auto" or its minibatch method (the one measured
+    there)."""
     M = auto_inducing(N) if p["n_inducing"] == "auto" else min(N, int(p["n_inducing"]))
-    return N * C * M * (M + D) >= AUTO_MINIBATCH_WORK
+    many_classes = C >= AUTO_MINIBATCH_CLASSES and method in ("auto", AUTO_MINIBATCH)
+    return many_classes or N * C * M * (M + D) >= AUTO_MINIBATCH_WORK
 
 
 def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False):
@@ -245,8 +254,8 @@ def resolve_method(est, p: dict, N: int, D: int, C: int, streamed: bool = False)
     'method="auto"')."""
     if est.method != "auto":
         return est, p
-    minibatch = streamed or (p["batch_size"] == "auto" and p["feature_extractor"] is None and _large(p, N, D, C)) \
-        or p["batch_size"] not in (None, "auto")
+    minibatch = streamed or p["batch_size"] not in (None, "auto") \
+        or (p["batch_size"] == "auto" and p["feature_extractor"] is None and _large(p, N, D, C, est.method))
     view = with_method(est, AUTO_MINIBATCH if minibatch else AUTO_FULL_BATCH)
     return view, settings(view)
 
@@ -259,7 +268,7 @@ def resolve_batch_size(est, p: dict, N: int, D: int, C: int, streamed: bool = Fa
         return p
     # a hybrid model (feature extractor) keeps the full batch unless its batch size is given, as before "auto"
     minibatch = streamed or (not METHODS[p["method"]].capabilities.full_batch_only
-                             and p["feature_extractor"] is None and _large(p, N, D, C))
+                             and p["feature_extractor"] is None and _large(p, N, D, C, est.method))
     return with_batch_size(est, p, min(AUTO_BATCH_SIZE, N) if minibatch else None)
 
 

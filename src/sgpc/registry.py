@@ -488,7 +488,7 @@ def fit_default(params: dict, name: str):
 
 # max_iter="auto": the step ceiling of a full-batch fit and of a minibatch one (docs/design-notes.md, "A stopping
 # rule minibatch fits can meet"): a minibatch fit needs more steps, and its stopping rule at least
-# n_iter_no_change windows of up to 50 steps
+# n_iter_no_change windows of 8 to 50 steps
 AUTO_MAX_ITER_FULL_BATCH, AUTO_MAX_ITER_MINIBATCH = 500, 2000
 
 
