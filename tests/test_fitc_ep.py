@@ -202,6 +202,28 @@ def test_sparse_ep_with_inducing_at_data_matches_gfitc():
     torch.testing.assert_close(q.cov.diagonal(dim1=-2, dim2=-1).T, var, rtol=0, atol=1e-6)
 
 
+def test_at_zero_signal_sparse_ep_prices_each_pair_apart_and_gfitc_the_row():
+    # With latent noise the two engines differ by design (above): sparse EP integrates the noise and the conditional
+    # variance into each pairwise factor apart, Φ((f^y − f^k)/√(2σ² + ...)), so with no signal (prior variance → 0)
+    # each of a row's C − 1 factors is ½ and log Z_q is (C − 1) log ½ per row; GFITC's factors share f = u + noise,
+    # and its evidence is the exact log P(y is the largest) = log 1/C. This is why the u-space engines' objective
+    # rewards spreading the latent functions apart on labels unrelated to the features (docs/design-notes.md,
+    # "Labels unrelated to the features").
+    g = torch.Generator().manual_seed(0)
+    N, C, D, M = 60, 4, 3, 8
+    X = torch.randn(N, D, generator=g)
+    y = torch.arange(N) % C
+    model = SparseGP(K.RBF(D, C, noise=0.1, lengthscale=1.0, variance=1e-6), RobustMax(C),
+                     X[:M].expand(C, M, D).clone())
+    ep = EP(damping=0.5, decay=1.0)
+    state = ep.init(model, X, y, None)
+    for _ in range(100):
+        state = ep.update(model, state, X, y, N)
+    _, _, _, log_Z = converged(model, X, y, tol=1e-9)
+    assert abs(-ep.loss(model, state, X, y, N).item() / N - (C - 1) * math.log(0.5)) < 1e-4
+    assert abs(log_Z.item() / N - math.log(1 / C)) < 1e-2
+
+
 # -- tilted moments against 2-D integration ----------------------------------------------------------
 def integrate_2d(m_y, v_y, m_k, v_k, n=400):
     """∫∫_{f_y > f_k} (1, f_y, f_y², f_k, f_k²) N(f_y|m_y,v_y) N(f_k|m_k,v_k), Gauss–Legendre in
