@@ -204,7 +204,7 @@ def test_sparse_ep_with_inducing_at_data_matches_gfitc():
 
 def test_at_zero_signal_sparse_ep_prices_each_pair_apart_and_gfitc_the_row():
     # With latent noise the two engines differ by design (above): sparse EP integrates the noise and the conditional
-    # variance into each pairwise factor apart, Φ((f^y − f^k)/√(2σ² + ...)), so with no signal (prior variance → 0)
+    # variance into each pairwise factor apart, Φ((m^y − m^k)/√(s^y + s^k)), so with no signal (prior variance → 0)
     # each of a row's C − 1 factors is ½ and log Z_q is (C − 1) log ½ per row; GFITC's factors share f = u + noise,
     # and its evidence is the exact log P(y is the largest) = log 1/C. This is why the u-space engines' objective
     # rewards spreading the latent functions apart on labels unrelated to the features (docs/design-notes.md,

@@ -129,9 +129,8 @@ class GPClassifier(ClassifierMixin, BaseEstimator):
             N·C·M·(M + D) (rows, classes, inducing points, features) reaches 10⁹ (``fitting.AUTO_MINIBATCH_WORK``: a
             full-batch fit there took about a minute to converge) or, for "auto" and "sep", the classes 17
             (``fitting.AUTO_MINIBATCH_CLASSES``), and the method takes minibatches, else the full batch
-            (docs/design-notes.md); a streamed fit always uses
-            minibatches. The fitted ``batch_size_`` says which. A hybrid model (``feature_extractor``) keeps the
-            full batch unless given one.
+            (docs/design-notes.md); a streamed fit always uses minibatches. The fitted ``batch_size_`` says which.
+            A hybrid model (``feature_extractor``) keeps the full batch unless given one.
         random_state: int, RandomState or None; all randomness flows from it (``save`` needs an int or None).
         dtype: "auto" (default), "float64" or "float32". "auto": for methods "ep", "sep" (so for the default),
             "pep" and "apep", float32 when rows × classes × inducing points reach 400 000

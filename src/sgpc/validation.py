@@ -354,9 +354,8 @@ def check_params(est) -> dict:
             or (isinstance(est.batch_size, (int, np.integer)) and not isinstance(est.batch_size, (bool, np.bool_))
                 and est.batch_size >= 1)):
         raise ValueError(f"batch_size must be a positive integer, None (the full batch) or 'auto' (minibatches of "
-                         f"1024 rows once rows × classes × inducing points × (inducing points + features) reach 1e9, or the "
-                         f"classes 17 for method 'auto' or 'sep'), "
-                         f"got {est.batch_size!r}")
+                         f"1024 rows once rows × classes × inducing points × (inducing points + features) reach "
+                         f"1e9, or the classes 17 for method 'auto' or 'sep'), got {est.batch_size!r}")
     if est.compile is not None and (not caps.streamable or est.batch_size in (None, "auto")
                                      or est.feature_extractor is not None):
         raise ValueError(f"compile={est.compile!r} applies to the minibatch steps of "
