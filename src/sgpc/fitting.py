@@ -196,9 +196,9 @@ AUTO_FLOAT32_MAX_ABS = 1e18
 # 0.05 (docs/design-notes.md, 'Adam at 0.1 in the minibatches, the inducing inputs at 0.05').
 AUTO_MINIBATCH_WORK = 1e9
 # ... and, for method "auto" or `sep`, at any work from AUTO_MINIBATCH_CLASSES classes: on chess-krvk (17-18 classes)
-# and letter (26) at 1 000-2 000 rows the full batch took 9.7-29.5 s (57-150 iterations), minibatches (one of all
-# rows up to 1 024 rows) 10.8-21.5 s at a test NLL 6-17% lower (chess-krvk at 4 000 rows: 67.3 s against 16.9 s, 6%
-# lower). Fewer classes: subsets of those two sets fitted better in minibatches at 10-16 classes too, but the suite's
+# and letter (26) at 1 000-2 000 rows the full batch took 9.4-26.7 s (57-150 iterations), minibatches (one of all
+# rows up to 1 024 rows) 10.8-20.2 s at a test NLL 6-17% lower (chess-krvk at 4 000 rows: 64.5 s against 17.2 s, 6%
+# lower; benchmarks/perf/many_classes.py). Fewer classes: subsets of those two sets fitted better in minibatches at 10-16 classes too, but the suite's
 # sets of 2-11 classes better on the full batch, 8 of 12 (docs/design-notes.md, 'Many classes at 1 000-4 000 rows').
 AUTO_MINIBATCH_CLASSES = 17
 AUTO_BATCH_SIZE = 1024

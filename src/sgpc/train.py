@@ -55,8 +55,8 @@ COMPILE_MODES = (None, "default", "reduce-overhead")
 # the minibatch stopping rule (``Convergence``): a check is the mean objective of a pass over the data, but of at
 # least MINIBATCH_MIN_CHECK_STEPS and at most MINIBATCH_CHECK_STEPS steps; the rule is met when the least-squares
 # slope through the last n_iter_no_change checks is within tol plus TREND_Z of its standard errors. Windows of one
-# or two steps (2 000 rows in minibatches of 1 024) stopped chess-krvk after 20-22 steps at a test NLL 7% above the
-# full batch's; windows of 8 steps, 6-9% below it (docs/design-notes.md, 'Many classes at 1 000-4 000 rows').
+# step (2 000 rows in minibatches of 1 024) stopped chess-krvk after 22 steps at a test NLL 6% above the full
+# batch's; windows of 8 steps, 6% below it (docs/design-notes.md, 'Many classes at 1 000-4 000 rows').
 MINIBATCH_CHECK_STEPS = 50
 MINIBATCH_MIN_CHECK_STEPS = 8
 TREND_Z = 2.0
